@@ -1,0 +1,1 @@
+"""Per-lab grading material: hidden checks and misconception catalogues (grader only)."""

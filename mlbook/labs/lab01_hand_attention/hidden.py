@@ -1,0 +1,249 @@
+"""Hidden checks for lab 1 (attention by hand).
+
+Each check draws fresh inputs (other shapes than the notebook's: T_q != T_k, d_k != d_v),
+computes the grader's own reference here, and on a mismatch names the known mistake the
+student's result matches. Convention: a mask is True where attention is allowed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mlbook_helpers.checks import as_array
+from mlbook_helpers.examples import ticket_example
+
+from .._support import call_student, close, diagnose, fail, fresh_rng
+
+# --- the grader's reference ----------------------------------------------------------------
+
+
+def _softmax(S: np.ndarray, axis: int = -1) -> np.ndarray:
+    z = S - S.max(axis=axis, keepdims=True)  # (..., T_k)
+    e = np.exp(z)
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def _attention(Q, K, V, mask=None, scale=None, mask_after=False, invert=False):
+    """Reference attention and its known wrong variants. Returns (out, weights)."""
+    d_k = Q.shape[-1]
+    S = Q @ K.T / (np.sqrt(d_k) if scale is None else scale)  # (T_q, T_k)
+    if mask is not None and invert:
+        mask = ~mask
+    if mask is not None and not mask_after:
+        S = np.where(mask, S, -np.inf)  # (T_q, T_k)
+    A = _softmax(S)  # (T_q, T_k)
+    if mask is not None and mask_after:
+        A = A * mask  # (T_q, T_k): the bug, rows no longer sum to 1
+    return A @ V, A  # (T_q, d_v), (T_q, T_k)
+
+
+def _random_mask(rng: np.random.Generator, T_q: int, T_k: int) -> np.ndarray:
+    """(T_q, T_k) bool with about half True and at least one True per row."""
+    mask = rng.random((T_q, T_k)) < 0.5
+    mask[np.arange(T_q), rng.integers(0, T_k, size=T_q)] = True
+    return mask
+
+
+# --- 1a: hand-worked token 0 ----------------------------------------------------------------
+
+
+def check_hand_token0(raw, scaled, weights, output) -> None:
+    ex = ticket_example()
+    q0 = ex.W_q[0]  # (d_k,)
+    raw_ref = ex.W_k @ q0  # (3,)
+    scaled_ref = raw_ref / np.sqrt(2)
+    weights_ref = _softmax(scaled_ref)
+    out_ref = weights_ref @ ex.W_v  # (2,)
+    answers = {"raw_scores_0": (raw, raw_ref), "scaled_scores_0": (scaled, scaled_ref),
+               "weights_0": (weights, weights_ref), "output_0": (output, out_ref)}
+    for name, (got, ref) in answers.items():
+        if close(got, ref, atol=1e-3, rtol=0):
+            continue
+        hint = diagnose(got, {
+            "These are the raw scores: divide them by sqrt(d_k) = sqrt(2).": raw_ref,
+            "Looks like the scores were divided by d_k = 2 instead of sqrt(d_k).": raw_ref / 2,
+            "These are the softmax of the unscaled scores: scale before the softmax.": _softmax(raw_ref),
+            "Queries and keys swapped: q0 is row 0 of W_q, the keys are the rows of W_k.": ex.W_q @ ex.W_k[0],
+            "That mixes the rows of W_k: the output mixes the value rows (W_v).": weights_ref @ ex.W_k,
+        }, atol=2e-3, rtol=0)
+        fail(name, f"{np.round(as_array(got), 4).tolist()} is not within 1e-3 of the example",
+             hint or "Redo that step by hand: q0 = (1, 0), keys are the rows of W_k, values the rows of W_v.")
+
+
+# --- 2: softmax_rows ------------------------------------------------------------------------
+
+
+def check_softmax_rows(softmax_rows) -> None:
+    rng = fresh_rng()
+    for T_q, T_k, spread in ((4, 7, 1.0), (6, 3, 5.0), (1, 9, 2.0), (5, 5, 3000.0)):
+        S = rng.normal(size=(T_q, T_k)) * spread  # (T_q, T_k); spread 3000: exp overflows unless shifted
+        got = call_student(softmax_rows, S.copy(), what=f"softmax_rows on a ({T_q}, {T_k}) matrix")
+        ref = _softmax(S)
+        if close(got, ref, atol=1e-7, rtol=1e-6):
+            continue
+        got_arr = as_array(got)
+        if got_arr.shape == ref.shape and not np.all(np.isfinite(got_arr)):
+            fail(f"softmax_rows on scores up to {np.abs(S).max():.0f}", "returned nan or inf",
+                 "exp overflows for large scores: subtract each row's max before exponentiating.")
+        hint = diagnose(got, {
+            "Columns sum to 1 instead of rows: the softmax ran over axis 0 (queries), not the last axis (keys).":
+                lambda: _softmax(S, axis=0),
+            "The whole matrix sums to 1: normalise each row separately (axis=-1, keepdims=True).":
+                lambda: np.exp(S - S.max()) / np.exp(S - S.max()).sum(),
+            "These are exponentials without normalising: divide by each row's sum.":
+                lambda: np.exp(S - S.max(axis=-1, keepdims=True)),
+        })
+        sums = got_arr.sum(axis=-1) if got_arr.ndim == 2 else got_arr
+        fail(f"softmax_rows on a ({T_q}, {T_k}) matrix", f"rows sum to {np.round(sums, 3).tolist()[:5]}"
+             if got_arr.shape == ref.shape else f"returned shape {got_arr.shape}",
+             hint or "Each row of the result must be the softmax of that row of S.")
+
+
+# --- 3: project_qkv -------------------------------------------------------------------------
+
+
+def check_project_qkv(project_qkv) -> None:
+    rng = fresh_rng()
+    T, d_model, d_k, d_v = 5, 6, 3, 4
+    X = rng.normal(size=(T, d_model))
+    W_q, W_k, W_v = rng.normal(size=(d_model, d_k)), rng.normal(size=(d_model, d_k)), rng.normal(size=(d_model, d_v))
+    got = call_student(project_qkv, X, W_q, W_k, W_v, what="project_qkv with d_k = 3, d_v = 4")
+    if not isinstance(got, (tuple, list)) or len(got) != 3:
+        fail("project_qkv", f"returned {type(got).__name__}", "Return the three matrices (Q, K, V).")
+    for name, g, ref in zip("QKV", got, (X @ W_q, X @ W_k, X @ W_v)):
+        if not close(g, ref, atol=1e-9):
+            hint = diagnose(g, {"Multiplied in the wrong order: X @ W, one token per row.": lambda: (W_q.T @ X.T).T})
+            fail(f"{name} from project_qkv", f"shape {as_array(g).shape} or values differ from X @ W_{name.lower()}",
+                 hint or f"{name} = X @ W_{name.lower()}; keys use W_k and values W_v.")
+
+
+# --- 4: attention ---------------------------------------------------------------------------
+
+
+def _attention_variants(Q, K, V, mask):
+    d_k = Q.shape[-1]
+    variants = {
+        "Scores were divided by d_k instead of sqrt(d_k).": lambda: _attention(Q, K, V, mask, scale=d_k)[1],
+        "Scores were not scaled: divide Q K^T by sqrt(d_k).": lambda: _attention(Q, K, V, mask, scale=1.0)[1],
+        "The softmax ran over the query axis: normalise over keys (the last axis).":
+            lambda: _softmax(np.where(mask, Q @ K.T / np.sqrt(d_k), -np.inf) if mask is not None
+                             else Q @ K.T / np.sqrt(d_k), axis=0),
+    }
+    if mask is not None:
+        variants.update({
+            "Rows do not sum to 1: the mask was applied after the softmax instead of to the scores.":
+                lambda: _attention(Q, K, V, mask, mask_after=True)[1],
+            "Inverted polarity: the mask is True where attention is ALLOWED.":
+                lambda: _attention(Q, K, V, mask, invert=True)[1],
+        })
+    return variants
+
+
+def check_attention(attention) -> None:
+    rng = fresh_rng()
+    cases = [(4, 6, 3, 5, 1.0, False), (7, 2, 5, 2, 1.0, True), (3, 8, 16, 4, 60.0, False), (5, 5, 4, 3, 1.0, True)]
+    for T_q, T_k, d_k, d_v, spread, masked in cases:
+        Q = rng.normal(size=(T_q, d_k)) * spread  # (T_q, d_k); spread 60: scores in the thousands
+        K = rng.normal(size=(T_k, d_k)) * spread  # (T_k, d_k)
+        V = rng.normal(size=(T_k, d_v))  # (T_k, d_v)
+        mask = _random_mask(rng, T_q, T_k) if masked else None
+        what = f"attention with T_q={T_q}, T_k={T_k}, d_k={d_k}, d_v={d_v}" + (", a random mask" if masked else "")
+        kwargs = {"mask": mask.copy()} if masked else {}
+        got = call_student(attention, Q.copy(), K.copy(), V.copy(), what=what, **kwargs)
+        if not isinstance(got, (tuple, list)) or len(got) != 2:
+            fail(what, f"returned {type(got).__name__}", "Return the pair (out, weights).")
+        out, weights = got
+        ref_out, ref_w = _attention(Q, K, V, mask)
+        w = as_array(weights)
+        if w.shape != ref_w.shape:
+            fail(what, f"weights have shape {w.shape}, expected (T_q, T_k) = {ref_w.shape}",
+                 "Scores are Q @ K.T: one row per query, one column per key.")
+        if not np.all(np.isfinite(w)):
+            fail(what, "weights contain nan or inf",
+                 "Large scores overflow exp unless each row's max is subtracted first.")
+        if not close(w, ref_w, atol=1e-6, rtol=1e-5):
+            hint = diagnose(w, _attention_variants(Q, K, V, mask), atol=1e-6, rtol=1e-5)
+            if hint is None and mask is not None and np.abs(w[~mask]).max() > 1e-9:
+                hint = "Masked keys got weight: masked scores must be set to -inf before the softmax."
+            fail(what, f"weights differ from softmax(Q K^T / sqrt(d_k)) (rows sum to {np.round(w.sum(-1), 3).tolist()[:4]})",
+                 hint or "Check the scale, the softmax axis and where the mask is applied.")
+        o = as_array(out)
+        if not close(o, ref_out, atol=1e-6, rtol=1e-5):
+            fail(what, f"outputs (shape {o.shape}) are not weights @ V",
+                 "The output of each query is the weighted average of the value rows: weights @ V, shape (T_q, d_v).")
+
+
+def check_attention_shapes(attention_shapes) -> None:
+    rng = fresh_rng()
+    T_q, T_k, d_model, d_k, d_v = (int(x) for x in rng.choice(np.arange(2, 40), size=5, replace=False))
+    got = call_student(attention_shapes, T_q, T_k, d_model, d_k, d_v, what="attention_shapes")
+    ref = {"X_q": (T_q, d_model), "X_kv": (T_k, d_model), "Q": (T_q, d_k), "K": (T_k, d_k), "V": (T_k, d_v),
+           "scores": (T_q, T_k), "weights": (T_q, T_k), "out": (T_q, d_v)}
+    for name, shape in ref.items():
+        value = tuple(got.get(name, ())) if isinstance(got, dict) else None
+        if value != shape:
+            fail(f"attention_shapes(T_q={T_q}, T_k={T_k}, d_model={d_model}, d_k={d_k}, d_v={d_v})['{name}']",
+                 f"is {value}", "Keys and values come from the T_k sequence, queries from T_q; the output has "
+                 "one row per query and the width of the values.")
+
+
+# --- 6: property checks ---------------------------------------------------------------------
+
+
+def check_property_checks(rows_are_distributions, outputs_in_value_range) -> None:
+    rng = fresh_rng()
+    T_q, T_k, d_v = 5, 7, 3
+    good = _softmax(rng.normal(size=(T_q, T_k)) * 2)  # (T_q, T_k)
+    negative = good.copy()
+    negative[0] = 0.0
+    negative[0, :2] = (1.2, -0.2)  # row 0 sums to 1 but has a negative weight
+    cases_rows = {
+        "valid random weights": (good, True),
+        "one row summing to 1.01": (good + np.eye(T_q, T_k) * 0.01, False),
+        "a negative weight with rows still summing to 1": (negative, False),
+        "columns (not rows) summing to 1": (_softmax(rng.normal(size=(T_q, T_k)), axis=0), False),
+    }
+    for label, (w, expected) in cases_rows.items():
+        got = call_student(rows_are_distributions, w.copy(), what=f"rows_are_distributions on {label}")
+        if bool(got) != expected:
+            fail(f"rows_are_distributions on {label}", f"returned {got}",
+                 "Check non-negativity and that each row (last axis) sums to 1 within atol.")
+    V = rng.normal(size=(T_k, d_v))  # (T_k, d_v)
+    inside = good @ V  # (T_q, d_v)
+    just_above = inside.copy()
+    just_above[2, 1] = V[:, 1].max() + 1e-3  # one coordinate slightly outside
+    cases_out = {"real attention outputs": (inside, True), "one coordinate 1e-3 above every value": (just_above, False),
+                 "outputs below every value": (inside - 10.0, False)}
+    for label, (o, expected) in cases_out.items():
+        got = call_student(outputs_in_value_range, o.copy(), V.copy(), what=f"outputs_in_value_range on {label}")
+        if bool(got) != expected:
+            fail(f"outputs_in_value_range on {label}", f"returned {got}",
+                 "Compare each output column with the min and max of the same column of V (over the keys axis).")
+
+
+# --- 7: token importance --------------------------------------------------------------------
+
+
+def check_token_importance(token_importance_by_masking) -> None:
+    from mlbook_helpers.ticket_classifier import VOCAB, TicketClassifier  # torch: imported only here
+
+    rng = fresh_rng()
+    for _ in range(3):
+        classifier = TicketClassifier.random(rng)
+        words = list(rng.choice(VOCAB, size=int(rng.integers(3, 7))))
+        p_full, weights = classifier.predict(words)
+        ref = np.array([p_full - classifier.predict(words, keep=[j != i for j in range(len(words))])[0]
+                        for i in range(len(words))])  # (T,)
+        got = call_student(token_importance_by_masking, classifier, list(words),
+                           what=f"token_importance_by_masking on a {len(words)}-word ticket")
+        if close(got, ref, atol=1e-6):
+            continue
+        keep_only = np.array([p_full - classifier.predict(words, keep=[j == i for j in range(len(words))])[0]
+                              for i in range(len(words))])
+        hint = diagnose(got, {
+            "Those are the attention weights: importance must be measured by masking each word and re-predicting.": weights,
+            "The sign is reversed: importance is p_full - p_without_word.": -ref,
+            "Every word but one was masked: mask only word i and keep the others.": keep_only,
+        })
+        fail(f"token_importance_by_masking on a {len(words)}-word ticket",
+             f"returned {np.round(as_array(got), 3).tolist()}", hint or "For each i: p_full - predict(words, keep=all but i).")

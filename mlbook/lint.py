@@ -1,0 +1,209 @@
+"""``mlbook check``: the instructor's lint, fast enough to run before every commit.
+
+Each rule is one function returning a list of problems (strings); ``check_course`` runs them
+all for every lab. No rule executes a notebook.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Callable
+
+from nbformat import NotebookNode
+
+from .build import manifest
+from .catalogue import load_catalogue
+from .course import Course
+from .errors import MlbookError
+from .notebooks import (
+    BEGIN_HIDDEN,
+    BEGIN_SOLUTION,
+    END_HIDDEN,
+    END_SOLUTION,
+    has_hidden_tests,
+    is_answer,
+    is_test,
+    iter_nbgrader_cells,
+    nbgrader_meta,
+    read_authored,
+    read_nb,
+)
+
+Rule = Callable[[Course, str, NotebookNode], list[str]]
+
+
+def unique_grade_ids(course: Course, lab: str, source: NotebookNode) -> list[str]:
+    seen, problems = set(), []
+    for gid, _ in iter_nbgrader_cells(source):
+        if gid in seen:
+            problems.append(f"grade_id {gid!r} is used twice")
+        seen.add(gid)
+    return problems
+
+
+def points_are_declared(course: Course, lab: str, source: NotebookNode) -> list[str]:
+    problems, total = [], 0.0
+    for gid, cell in iter_nbgrader_cells(source):
+        meta = nbgrader_meta(cell)
+        if meta.get("grade"):
+            points = meta.get("points")
+            if not isinstance(points, (int, float)) or points <= 0:
+                problems.append(f"graded cell {gid!r} has points {points!r}")
+            else:
+                total += points
+    declared = getattr(_lab_package(lab), "TOTAL_POINTS", None)
+    if declared is None:
+        problems.append(f"mlbook/labs/{lab}/__init__.py declares no TOTAL_POINTS")
+    elif abs(total - declared) > 1e-9:
+        problems.append(f"cells add up to {total:g} points but TOTAL_POINTS is {declared}")
+    return problems
+
+
+def _lab_package(lab: str):
+    import importlib
+
+    try:
+        return importlib.import_module(f"mlbook.labs.{lab}")
+    except ModuleNotFoundError:
+        raise MlbookError(f"lab {lab} has no grading package mlbook/labs/{lab}/") from None
+
+
+def no_outputs_in_authored(course: Course, lab: str, source: NotebookNode) -> list[str]:
+    text = course.authored(lab).read_text()
+    return ["notebooks/ holds outputs (execution counts or output metadata)"] if re.search(
+        r'"(outputs|execution_count)"\s*:', text) else []
+
+
+def answers_have_solutions(course: Course, lab: str, source: NotebookNode) -> list[str]:
+    return [f"answer cell {gid!r} has no {BEGIN_SOLUTION} ... {END_SOLUTION} block"
+            for gid, cell in iter_nbgrader_cells(source)
+            if is_answer(cell) and not (BEGIN_SOLUTION in cell.source and END_SOLUTION in cell.source)]
+
+
+def tests_are_tests(course: Course, lab: str, source: NotebookNode) -> list[str]:
+    """Every test cell is locked; hidden blocks sit only in test cells and are closed."""
+    problems = []
+    for gid, cell in iter_nbgrader_cells(source):
+        if is_test(cell) and not nbgrader_meta(cell).get("locked"):
+            problems.append(f"test cell {gid!r} is not locked")
+        if BEGIN_HIDDEN in cell.source and not is_test(cell):
+            problems.append(f"cell {gid!r} holds hidden tests but is not a test cell")
+        if cell.source.count(BEGIN_HIDDEN) != cell.source.count(END_HIDDEN):
+            problems.append(f"cell {gid!r} has an unclosed hidden-test block")
+    return problems
+
+
+def every_graded_function_has_hidden_test(course: Course, lab: str, source: NotebookNode) -> list[str]:
+    """Each answer cell that defines a function is called by a hidden test cell."""
+    hidden_text = "\n".join(c.source for _, c in iter_nbgrader_cells(source) if has_hidden_tests(c))
+    problems = []
+    for gid, cell in iter_nbgrader_cells(source):
+        if is_answer(cell) and cell.cell_type == "code":
+            for name in re.findall(r"^(?:def|class) (\w+)", cell.source, flags=re.MULTILINE):
+                if not re.search(rf"\b{name}\b", hidden_text):
+                    problems.append(f"{name} (answer cell {gid!r}) is not exercised by any hidden test")
+    return problems
+
+
+def release_is_clean(course: Course, lab: str, source: NotebookNode) -> list[str]:
+    """No solution text, hidden test text or delimiter reaches the release notebook."""
+    path = course.release(lab)
+    if not path.is_file():
+        return [f"no release notebook at {path.relative_to(course.root)}; run `mlbook build {lab}`"]
+    release_text = "\n".join(c.source for c in read_nb(path).cells)
+    problems = [f"release contains the marker {m!r}" for m in (BEGIN_SOLUTION, END_SOLUTION, BEGIN_HIDDEN, END_HIDDEN,
+                                                               "BEGIN MARK SCHEME", "Rubric (TA only)")
+                if m in release_text]
+    for gid, cell in iter_nbgrader_cells(source):
+        for block in _blocks(cell.source, BEGIN_SOLUTION, END_SOLUTION) + _blocks(cell.source, BEGIN_HIDDEN, END_HIDDEN):
+            for line in block:
+                if len(line.strip()) >= 25 and line.strip() in release_text:
+                    problems.append(f"release contains a line of {gid!r}'s solution or hidden tests: {line.strip()[:60]!r}")
+    return problems
+
+
+def _blocks(text: str, begin: str, end: str) -> list[list[str]]:
+    blocks, current = [], None
+    for line in text.splitlines():
+        if begin in line:
+            current = []
+        elif end in line and current is not None:
+            blocks.append(current)
+            current = None
+        elif current is not None:
+            current.append(line)
+    return blocks
+
+
+def release_in_sync(course: Course, lab: str, source: NotebookNode) -> list[str]:
+    """source/ and release/ were built from the current notebooks/ file and not edited since."""
+    path = course.build_manifest(lab)
+    if not path.is_file() or not course.source(lab).is_file() or not course.release(lab).is_file():
+        return [f"not built; run `mlbook build {lab}`"]
+    recorded, now = json.loads(path.read_text()), manifest(course, lab)
+    return [f"{name.replace('_sha256', '')} changed since the last build; run `mlbook build {lab}`"
+            for name in ("authored_sha256", "source_sha256", "release_sha256") if recorded.get(name) != now[name]]
+
+
+def catalogue_names_real_cells(course: Course, lab: str, source: NotebookNode) -> list[str]:
+    cells = dict(iter_nbgrader_cells(source))
+    catalogue, problems = load_catalogue(lab), []
+    if len(catalogue.alternatives) < 3:
+        problems.append(f"the catalogue has {len(catalogue.alternatives)} alternative solutions; at least 3 are required")
+    for entry in (*catalogue.mutants, *catalogue.alternatives):
+        for gid in entry.cells:
+            if gid not in cells or not is_answer(cells[gid]):
+                problems.append(f"catalogue entry {entry.name!r} replaces {gid!r}, which is not an answer cell")
+    for mutant in catalogue.mutants:
+        for gid in mutant.must_fail:
+            if gid not in cells or not is_test(cells[gid]):
+                problems.append(f"mutant {mutant.name!r} must fail {gid!r}, which is not a test cell")
+    return problems
+
+
+def helpers_hold_no_solutions(course: Course, lab: str, source: NotebookNode) -> list[str]:
+    """No solution line of this lab appears in the student-facing helpers package."""
+    helpers = "\n".join(p.read_text() for p in (course.root / "mlbook_helpers").rglob("*.py"))
+    problems = []
+    for gid, cell in iter_nbgrader_cells(source):
+        for block in _blocks(cell.source, BEGIN_SOLUTION, END_SOLUTION):
+            for line in block:
+                stripped = line.split("#")[0].strip()
+                if len(stripped) >= 30 and stripped in helpers:
+                    problems.append(f"mlbook_helpers contains a line of {gid!r}'s solution: {stripped[:60]!r}")
+    return problems
+
+
+RULES: list[Rule] = [
+    unique_grade_ids,
+    points_are_declared,
+    no_outputs_in_authored,
+    answers_have_solutions,
+    tests_are_tests,
+    every_graded_function_has_hidden_test,
+    release_is_clean,
+    release_in_sync,
+    catalogue_names_real_cells,
+    helpers_hold_no_solutions,
+]
+
+
+def check_course(course: Course, labs: list[str]) -> dict[str, list[str]]:
+    """Lab -> problems found (empty when the lab is clean)."""
+    report = {}
+    for lab in labs:
+        try:
+            source = read_authored(course.authored(lab))
+        except MlbookError as exc:
+            report[lab] = [str(exc)]
+            continue
+        problems = []
+        for rule in RULES:
+            try:
+                problems += [f"{rule.__name__}: {p}" for p in rule(course, lab, source)]
+            except MlbookError as exc:
+                problems.append(f"{rule.__name__}: {exc}")
+        report[lab] = problems
+    return report

@@ -1,0 +1,70 @@
+"""The one place mlbook talks to nbgrader's application layer.
+
+nbgrader reads its configuration from the working directory and writes paths relative to
+the course root, so every call runs inside ``in_course`` with an API built by ``api_for``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Iterator
+
+from traitlets.config import Config
+from traitlets.config.loader import PyFileConfigLoader
+
+from .course import CONFIG_NAME, Course
+from .errors import MlbookError
+
+# nbgrader starts helper programs (alembic, for gradebook migrations) by name: make sure the
+# environment mlbook runs from is on PATH even when it was not activated.
+_BIN = str(Path(sys.executable).parent)
+if _BIN not in os.environ.get("PATH", "").split(os.pathsep):
+    os.environ["PATH"] = _BIN + os.pathsep + os.environ.get("PATH", "")
+
+
+def load_config(course: Course) -> Config:
+    """The course's ``nbgrader_config.py`` with the root pinned to the course folder."""
+    try:
+        config = PyFileConfigLoader(CONFIG_NAME, path=str(course.root)).load_config()
+    except Exception as exc:
+        raise MlbookError(f"cannot load {course.config}: {type(exc).__name__}: {exc}") from None
+    config.CourseDirectory.root = str(course.root)
+    return config
+
+
+@contextlib.contextmanager
+def in_course(course: Course) -> Iterator[None]:
+    previous = Path.cwd()
+    os.chdir(course.root)
+    try:
+        yield
+    finally:
+        os.chdir(previous)
+
+
+def api_for(course: Course, quiet: bool = True):
+    """An ``NbGraderAPI`` for the course. nbgrader's own log goes to the call's result dict."""
+    from nbgrader.apps import NbGraderAPI
+
+    api = NbGraderAPI(config=load_config(course))
+    if quiet:
+        api.log.setLevel(logging.WARNING)
+        for handler in list(api.log.handlers):
+            handler.setLevel(logging.CRITICAL)
+    return api
+
+
+def failure_reason(result: dict) -> str:
+    """One line saying why an nbgrader API call failed, from its captured log and traceback."""
+    lines = (result.get("log", "") + "\n" + result.get("error", "")).splitlines()
+    keys = ("Kernel died", "DeadKernel", "CellTimeoutError", "timed out", "NotJSONError", "JSONDecodeError",
+            "not valid", "Unreadable", "does not exist", "Error", "ERROR")
+    for key in keys:
+        for line in reversed(lines):
+            if key in line and line.strip():
+                return line.replace("[ERROR]", "").strip()[:300]
+    return "nbgrader failed without a message"

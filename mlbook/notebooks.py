@@ -1,0 +1,128 @@
+"""Notebook transforms: authored text -> nbgrader source, and release -> student submissions.
+
+Conventions:
+- The authored file is jupytext percent format; nbgrader metadata sits in each cell header and
+  may omit keys that have a default (``normalize_nbgrader``).
+- nbgrader's delimiters mark what students must not receive: ``### BEGIN SOLUTION`` /
+  ``### END SOLUTION`` and ``### BEGIN HIDDEN TESTS`` / ``### END HIDDEN TESTS``.
+- A *submission* is the release notebook with answer cells (``solution: true``) filled in, the
+  way a student hands it in: same cells, same metadata, only answer sources changed.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+from typing import Iterator, Mapping
+
+import nbformat
+from nbformat import NotebookNode
+
+from .errors import MlbookError
+
+BEGIN_SOLUTION, END_SOLUTION = "### BEGIN SOLUTION", "### END SOLUTION"
+BEGIN_HIDDEN, END_HIDDEN = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
+_DELIMITER_LINE = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n?", re.MULTILINE)
+
+# jupytext's own bookkeeping that must not reach nbgrader's notebooks
+_JUPYTEXT_CELL_KEYS = ("lines_to_next_cell", "lines_to_end_of_cell_marker", "cell_marker", "title")
+
+
+def nbgrader_meta(cell: NotebookNode) -> dict:
+    return cell.get("metadata", {}).get("nbgrader", {})
+
+
+def is_answer(cell: NotebookNode) -> bool:
+    return bool(nbgrader_meta(cell).get("solution"))
+
+
+def is_test(cell: NotebookNode) -> bool:
+    """An autograded test cell: graded code that is not itself an answer."""
+    meta = nbgrader_meta(cell)
+    return bool(meta.get("grade")) and not meta.get("solution") and cell.cell_type == "code"
+
+
+def has_hidden_tests(cell: NotebookNode) -> bool:
+    return BEGIN_HIDDEN in cell.source
+
+
+def grade_id(cell: NotebookNode) -> str | None:
+    return nbgrader_meta(cell).get("grade_id")
+
+
+def normalize_nbgrader(meta: Mapping) -> dict:
+    """Complete an authored nbgrader block with nbgrader's defaults (schema 3).
+
+    Test cells (graded, not answers) and task cells are locked; answer cells are not.
+    """
+    out = {"grade": False, "solution": False, "schema_version": 3, **meta}
+    out.setdefault("locked", (out["grade"] and not out["solution"]) or bool(out.get("task")))
+    if (out["grade"] or out.get("task")) and "points" not in out:
+        raise MlbookError(f"cell {out.get('grade_id')!r} is graded but declares no points")
+    if (out["grade"] or out["solution"] or out["locked"] or out.get("task")) and not out.get("grade_id"):
+        raise MlbookError(f"an nbgrader cell has no grade_id: {dict(meta)}")
+    return {key: out[key] for key in sorted(out)}
+
+
+def read_authored(path: Path) -> NotebookNode:
+    """Read ``notebooks/<lab>.py`` into nbgrader's source notebook: normalized metadata, no outputs."""
+    import jupytext
+
+    nb = jupytext.read(path, fmt="py:percent")
+    nb.metadata.pop("jupytext", None)
+    nb.metadata["kernelspec"] = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+    nb.metadata["language_info"] = {"name": "python"}
+    for cell in nb.cells:
+        for key in _JUPYTEXT_CELL_KEYS:
+            cell.metadata.pop(key, None)
+        if "nbgrader" in cell.metadata:
+            cell.metadata["nbgrader"] = normalize_nbgrader(cell.metadata["nbgrader"])
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    nbformat.validate(nb)
+    return nb
+
+
+def iter_nbgrader_cells(nb: NotebookNode) -> Iterator[tuple[str, NotebookNode]]:
+    for cell in nb.cells:
+        gid = grade_id(cell)
+        if gid:
+            yield gid, cell
+
+
+def reference_answers(source_nb: NotebookNode) -> dict[str, str]:
+    """Answer grade_id -> the answer a perfect student writes: the cell with its delimiters removed."""
+    return {
+        gid: _DELIMITER_LINE.sub("", cell.source)
+        for gid, cell in iter_nbgrader_cells(source_nb)
+        if is_answer(cell)
+    }
+
+
+def fill_answers(release_nb: NotebookNode, answers: Mapping[str, str]) -> NotebookNode:
+    """A copy of the release notebook with the given answer cells replaced (a submission)."""
+    nb = copy.deepcopy(release_nb)
+    by_id = dict(iter_nbgrader_cells(nb))
+    for gid, text in answers.items():
+        cell = by_id.get(gid)
+        if cell is None or not is_answer(cell):
+            raise MlbookError(f"no answer cell {gid!r} in the release notebook")
+        cell.source = text
+    return nb
+
+
+def read_nb(path: Path) -> NotebookNode:
+    try:
+        return nbformat.read(path, as_version=4)
+    except Exception as exc:  # corrupt JSON, wrong format: one clear line
+        raise MlbookError(f"cannot read notebook {path}: {type(exc).__name__}: {exc}") from None
+
+
+def write_nb_atomic(nb: NotebookNode, path: Path) -> None:
+    """Write a notebook so that readers see the old file or the new one, never half of one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        nbformat.write(nb, handle)
+    tmp.replace(path)

@@ -1,0 +1,107 @@
+"""Read grading results back: scores from nbgrader's gradebook, messages from the notebooks.
+
+Conventions:
+- ``auto`` cells are autograded test cells; ``manual`` cells are written answers a TA grades
+  (their score is None until graded). Totals count both, like nbgrader's.
+- A cell's message is the one-line error its test raised (``Misconception: ...``), read from
+  the autograded notebook; an empty message means the cell passed.
+- Status comes from ``mlbook.status``: graded, error (with its reason) or missing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .course import Course
+from .notebooks import grade_id, is_test, read_nb
+from .preprocessors import strip_ansi
+from .status import ERROR, GRADED, MISSING, StatusStore
+
+
+@dataclass
+class CellResult:
+    grade_id: str
+    kind: str  # "auto" or "manual"
+    score: float | None
+    max_score: float
+    message: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return self.score is not None and self.score >= self.max_score
+
+
+@dataclass
+class SubmissionResult:
+    lab: str
+    student: str
+    status: str
+    reason: str = ""
+    seconds: float = 0.0
+    cells: dict[str, CellResult] = field(default_factory=dict)
+
+    @property
+    def score(self) -> float:
+        return sum(c.score or 0.0 for c in self.cells.values())
+
+    @property
+    def max_score(self) -> float:
+        return sum(c.max_score for c in self.cells.values())
+
+    @property
+    def auto_cells(self) -> dict[str, CellResult]:
+        return {k: c for k, c in self.cells.items() if c.kind == "auto"}
+
+
+def cell_messages(course: Course, lab: str, student: str) -> dict[str, str]:
+    """Test cell grade_id -> its one-line failure message (only failing cells)."""
+    path = course.autograded(student, lab)
+    if not path.is_file():
+        return {}
+    messages = {}
+    for cell in read_nb(path).cells:
+        if not is_test(cell):
+            continue
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "error":
+                messages[grade_id(cell)] = strip_ansi(f"{output.get('ename')}: {output.get('evalue')}")
+            elif output.get("output_type") == "stream" and output.get("name") == "stderr":
+                messages.setdefault(grade_id(cell), "stderr: " + strip_ansi(output.get("text", ""))[:300])
+    return messages
+
+
+def collect(course: Course, lab: str, students: list[str] | None = None) -> list[SubmissionResult]:
+    """One result per student with a submission (or per given student) for ``lab``."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    students = students if students is not None else course.students(lab)
+    store = StatusStore(course.status_file)
+    results = []
+    with Gradebook(course.db_url) as gb:
+        for student in students:
+            attempt = store.get(lab, student)
+            result = SubmissionResult(lab, student, attempt.status, attempt.reason, attempt.seconds)
+            if attempt.status == GRADED:
+                try:
+                    submission = gb.find_submission(lab, student)
+                except MissingEntry:
+                    result.status, result.reason = MISSING, "no gradebook entry"
+                else:
+                    messages = cell_messages(course, lab, student)
+                    for notebook in submission.notebooks:
+                        for grade in notebook.grades:
+                            if grade.cell_type == "markdown":  # a written answer: pending until a TA grades it
+                                cell = CellResult(grade.name, "manual", grade.manual_score, float(grade.max_score))
+                            else:
+                                cell = CellResult(grade.name, "auto", float(grade.score), float(grade.max_score),
+                                                  messages.get(grade.name, ""))
+                            result.cells[grade.name] = cell
+            results.append(result)
+    return results
+
+
+def status_counts(results: list[SubmissionResult]) -> dict[str, int]:
+    counts = {GRADED: 0, ERROR: 0, MISSING: 0}
+    for r in results:
+        counts[r.status] = counts.get(r.status, 0) + 1
+    return counts

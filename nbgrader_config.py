@@ -1,0 +1,29 @@
+"""nbgrader configuration for the attention labs (read by nbgrader and by `mlbook`).
+
+Every setting here answers a measured nbgrader 0.9.6 behaviour (see README, "Grading").
+"""
+
+from mlbook.preprocessors import RedactTestTracebacks
+from nbgrader.preprocessors import ClearHiddenTests, GetGrades
+from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
+
+c = get_config()  # noqa: F821 (provided by traitlets when nbgrader loads this file)
+
+c.CourseDirectory.course_id = "attention-labs"
+
+# Per-cell time limit. An interruptible runaway loop is interrupted and the rest of the
+# notebook still runs; the slowest reference cell (lab 5's training) needs well under this.
+c.Execute.timeout = 120
+c.Execute.interrupt_on_timeout = True
+
+# A student who deletes a test cell does not escape it: nbgrader puts it back.
+c.OverwriteCells.add_missing_cells = True
+
+# nbgrader zeroes a test cell with any stderr output; library warnings (torch's among them)
+# must not cost a correct answer its points. Only whole stderr chunks that are warnings go.
+c.IgnorePattern.enabled = True
+c.IgnorePattern.pattern = r"\w*Warning: |warnings\.warn\("
+
+# Feedback: no hidden test text (ClearHiddenTests) and no traceback quoting it
+# (RedactTestTracebacks keeps only the misconception message).
+c.GenerateFeedback.preprocessors = [GetGrades, ClearHiddenTests, RedactTestTracebacks, CSSHTMLHeaderPreprocessor]

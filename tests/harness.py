@@ -1,0 +1,71 @@
+"""The grading harness: grade a lab's whole catalogue through the real nbgrader pipeline.
+
+For one lab, in a scratch course: the committed release is filled with the reference
+solution (student ``reference``), left untouched (``untouched``), filled with each mutant
+(``mutant-<name>``) and each alternative (``alt-<name>``), plus any extra submissions a test
+asks for; then ``mlbook.grading.autograde`` grades them all in one nbgrader process.
+Graded labs are cached per test worker, so every test of a lab reads the same run.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from mlbook import submissions
+from mlbook.catalogue import Catalogue, load_catalogue
+from mlbook.course import Course
+from mlbook.grading import autograde
+from mlbook.results import SubmissionResult, collect
+
+REPO = Course(Path(__file__).resolve().parents[1])
+LABS = REPO.labs()
+
+# Extra submissions per lab: student -> function(course) placing that student's submission.
+Extra = Callable[[Course, str, str], None]
+EXTRAS: dict[str, dict[str, Extra]] = {}
+
+
+@dataclass
+class GradedLab:
+    lab: str
+    course: Course
+    catalogue: Catalogue
+    results: dict[str, SubmissionResult]
+
+    def result(self, student: str) -> SubmissionResult:
+        return self.results[student]
+
+
+def mutant_student(name: str) -> str:
+    return f"mutant-{name}"
+
+
+def alternative_student(name: str) -> str:
+    return f"alt-{name}"
+
+
+def scratch_course(lab: str, root: Path) -> Course:
+    """A course at ``root`` with the lab's committed source and release."""
+    course = REPO.scratch_copy(root, [lab])
+    course.release(lab).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(REPO.release(lab), course.release(lab))
+    return course
+
+
+def grade_lab(lab: str, root: Path) -> GradedLab:
+    course = scratch_course(lab, root)
+    catalogue = load_catalogue(lab)
+    submissions.submit(course, "reference", lab, submissions.reference(course, lab))
+    submissions.submit(course, "untouched", lab, submissions.untouched(course, lab))
+    for mutant in catalogue.mutants:
+        submissions.submit(course, mutant_student(mutant.name), lab, submissions.reference(course, lab, mutant.cells))
+    for alternative in catalogue.alternatives:
+        submissions.submit(course, alternative_student(alternative.name), lab,
+                           submissions.reference(course, lab, alternative.cells))
+    for student, place in EXTRAS.get(lab, {}).items():
+        place(course, student, lab)
+    autograde(course, lab, force=True, progress=False)
+    return GradedLab(lab, course, catalogue, {r.student: r for r in collect(course, lab)})

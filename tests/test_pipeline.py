@@ -1,0 +1,183 @@
+"""The course pipeline's own promises, shown on lab 1 through the real nbgrader.
+
+Extra submissions ride along in lab 1's graded batch (see ``harness.EXTRAS``), so these tests
+cost one notebook each and also prove that a broken submission disturbs nobody else.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+
+import pytest
+
+from harness import EXTRAS, REPO, scratch_course
+from mlbook import submissions
+from mlbook.course import Course
+from mlbook.notebooks import grade_id, read_nb
+from mlbook.status import ERROR, GRADED
+
+LAB = "lab01_hand_attention"
+pytestmark = pytest.mark.xdist_group(LAB)
+MLBOOK = [sys.executable, "-m", "mlbook.cli"]
+
+NOISY_SOFTMAX = '''import warnings
+
+def softmax_rows(S):
+    warnings.warn("this kernel is slow on CPU", UserWarning)  # library noise on stderr
+    S = np.asarray(S, dtype=float)
+    e = np.exp(S - S.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+'''
+DIVIDE_BY_DK = '''def attention(Q, K, V, mask=None):
+    scores = Q @ K.T / Q.shape[-1]
+    if mask is not None:
+        scores = np.where(mask, scores, -np.inf)
+    weights = softmax_rows(scores)
+    return weights @ V, weights
+'''
+
+
+def _noisy(course: Course, student: str, lab: str) -> None:
+    submissions.submit(course, student, lab, submissions.reference(course, lab, {"softmax_rows": NOISY_SOFTMAX}))
+
+
+def _deleted_tests(course: Course, student: str, lab: str) -> None:
+    nb = submissions.reference(course, lab, {"attention": DIVIDE_BY_DK})
+    nb.cells = [c for c in nb.cells if grade_id(c) not in ("test_attention", "test_attention_hidden")]
+    submissions.submit(course, student, lab, nb)
+
+
+def _corrupt(course: Course, student: str, lab: str) -> None:
+    submissions.submit(course, student, lab, raw=submissions.corrupt_text(course, lab))
+
+
+def _dead_kernel(course: Course, student: str, lab: str) -> None:
+    dying = "import os\nos._exit(1)\n"
+    submissions.submit(course, student, lab, submissions.reference(course, lab, {"hand_token0": dying}))
+
+
+EXTRAS[LAB] = {"noisy": _noisy, "deleted-tests": _deleted_tests, "corrupt": _corrupt, "dead-kernel": _dead_kernel}
+
+
+@pytest.mark.slow
+def test_library_warnings_on_stderr_do_not_zero_a_correct_answer(graded):
+    result = graded(LAB).result("noisy")
+    assert result.status == GRADED
+    assert all(c.passed for c in result.auto_cells.values()), {g: c.message for g, c in result.auto_cells.items()}
+
+
+@pytest.mark.slow
+def test_deleted_test_cells_are_restored_and_still_fail_a_wrong_answer(graded):
+    result = graded(LAB).result("deleted-tests")
+    assert result.status == GRADED
+    for gid in ("test_attention", "test_attention_hidden"):
+        assert not result.cells[gid].passed, f"{gid} was deleted by the student and not restored"
+        assert "sqrt" in result.cells[gid].message
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("student,reason", [("corrupt", r"json|notebook|read"), ("dead-kernel", r"kernel|died")])
+def test_a_submission_that_fails_as_a_whole_is_an_error_with_its_reason(graded, student, reason):
+    import re
+
+    lab = graded(LAB)
+    result = lab.result(student)
+    assert result.status == ERROR, f"{student} was recorded as {result.status}, not as an error"
+    assert re.search(reason, result.reason, re.IGNORECASE), f"unhelpful reason: {result.reason!r}"
+    # ... and it disturbed nobody else in the batch
+    assert all(c.passed for c in lab.result("reference").auto_cells.values())
+
+
+@pytest.mark.slow
+def test_export_shows_errors_as_errors_not_as_zero(graded):
+    from mlbook.export import export_csv
+
+    lab = graded(LAB)
+    path = export_csv(lab.course, [LAB], lab.course.root / "exports" / "grades.csv")
+    rows = {r["student"]: r for r in csv.DictReader(path.open())}
+    assert rows["corrupt"]["status"] == "error" and rows["corrupt"]["reason"]
+    assert rows["corrupt"]["score"] == ""
+    assert rows["reference"]["status"] == "graded"
+    assert rows["reference"]["auto_score"] == rows["reference"]["auto_max_score"]
+    assert rows["untouched"]["auto_score"] == "0"
+
+
+@pytest.mark.slow
+def test_feedback_shows_the_misconception_but_never_hidden_tests(graded):
+    from mlbook.feedback import generate_feedback
+
+    lab = graded(LAB)
+    students = ["mutant-divide-by-dk", "mutant-no-max-subtraction", "corrupt"]
+    pages = generate_feedback(lab.course, LAB, students)
+    assert len(pages) == len(students)
+    page = lab.course.feedback("mutant-divide-by-dk", LAB).read_text()
+    assert "d_k instead of sqrt(d_k)" in page, "the misconception message is missing from the feedback"
+    for page_path in pages:
+        text = page_path.read_text()
+        for secret in ("BEGIN HIDDEN TESTS", "mlbook.labs", "check_attention", "hidden.py", "_attention_variants"):
+            assert secret not in text, f"{page_path.parent.parent.name}'s feedback reveals {secret!r}"
+    error_page = lab.course.feedback("corrupt", LAB).read_text()
+    assert "could not be graded" in error_page
+
+
+@pytest.mark.slow
+def test_rerun_skips_students_already_graded(graded):
+    from mlbook.grading import autograde
+
+    lab = graded(LAB)
+    run = autograde(lab.course, LAB, ["reference", "untouched"], progress=False)
+    assert run.attempts == [] and len(run.skipped) == 2
+
+
+@pytest.mark.slow
+def test_validate_exits_nonzero_with_the_hint_when_a_visible_test_fails(graded):
+    lab = graded(LAB)
+    wrong = lab.course.submitted("mutant-divide-by-dk", LAB) / f"{LAB}.ipynb"
+    done = subprocess.run([*MLBOOK, "validate", str(wrong)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "test_attention" in done.stdout and "FAIL" in done.stdout
+    assert "not by d_k" in done.stdout, "the failing row does not carry its hint"
+
+
+def test_cli_reports_a_bad_lab_name_in_one_line():
+    done = subprocess.run([*MLBOOK, "build", "lab99"], capture_output=True, text=True, cwd=REPO.root, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.strip().count("\n") == 0 and "unknown lab" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_check_flags_a_solution_leaked_into_the_release(tmp_path):
+    from mlbook.build import manifest
+    from mlbook.lint import check_course
+
+    course = scratch_course(LAB, tmp_path)
+    (tmp_path / "mlbook_helpers").mkdir()
+    nb = read_nb(course.release(LAB))
+    cell = next(c for c in nb.cells if grade_id(c) == "attention")
+    cell.source += "\n    scores = np.where(mask, scores, -np.inf)  # (T_q, T_k): forbidden keys drop out of the softmax\n"
+    from mlbook.notebooks import write_nb_atomic
+
+    write_nb_atomic(nb, course.release(LAB))
+    course.build_manifest(LAB).write_text(json.dumps(manifest(course, LAB)))
+    problems = check_course(course, [LAB])[LAB]
+    assert any("release contains a line of 'attention'" in p for p in problems), problems
+
+
+def test_check_flags_a_release_edited_after_the_build(tmp_path):
+    from mlbook.build import manifest
+    from mlbook.lint import check_course
+
+    course = scratch_course(LAB, tmp_path)
+    (tmp_path / "mlbook_helpers").mkdir()
+    course.build_manifest(LAB).write_text(json.dumps(manifest(course, LAB)))
+    assert not [p for p in check_course(course, [LAB])[LAB] if "release_in_sync" in p]
+    course.release(LAB).write_text(course.release(LAB).read_text().replace("Attention by hand", "Attention by foot"))
+    assert any("release changed since the last build" in p for p in check_course(course, [LAB])[LAB])
+
+
+def test_mlbook_check_passes_on_the_repository():
+    done = subprocess.run([*MLBOOK, "check"], capture_output=True, text=True, cwd=REPO.root, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
