@@ -15,6 +15,8 @@ c.CourseDirectory.course_id = "attention-labs"
 # notebook still runs; the slowest reference cell (lab 5's training) needs well under this.
 c.Execute.timeout = 120
 c.Execute.interrupt_on_timeout = True
+# nbgrader's default for python kernels, plus a quiet kernel log (no transport warnings on stderr).
+c.Execute.extra_arguments = ["--HistoryManager.hist_file=:memory:", "--IPKernelApp.log_level=ERROR"]
 
 # A student who deletes a test cell does not escape it: nbgrader puts it back.
 c.OverwriteCells.add_missing_cells = True

@@ -103,12 +103,15 @@ def cmd_validate(args) -> int:
     if not path.is_file():
         raise MlbookError(f"no notebook at {path}")
     rows, seconds, warnings = validate_notebook(path.resolve())
-    print(render(["test", "points", "result", "hint"],
-                 [(r.grade_id, f"{r.points:g}", "pass" if r.passed else "FAIL", r.message) for r in rows],
-                 max_width=110))
+    print(render(["test", "points", "result"], [(r.grade_id, f"{r.points:g}", "pass" if r.passed else "FAIL")
+                                                for r in rows]))
+    failed = [r for r in rows if not r.passed]
+    if failed:
+        print("\nWhat failed, and the likely reason:")
+    for r in failed:
+        print(f"  {r.grade_id}: {r.message or 'the cell raised an error or wrote to stderr'}")
     for warning in warnings:
         print(f"warning: {warning}")
-    failed = [r for r in rows if not r.passed]
     print(f"{len(rows) - len(failed)} passed, {len(failed)} failed ({seconds:.1f} s)")
     return 1 if failed else 0
 

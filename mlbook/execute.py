@@ -36,6 +36,7 @@ def execute(nb: NotebookNode, workdir: Path | None = None, timeout: int = 300, e
     workdir = Path(tempfile.mkdtemp(prefix="mlbook-run-")) if own_dir else workdir
     try:
         client = NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=True,
+                                extra_arguments=["--HistoryManager.hist_file=:memory:", "--IPKernelApp.log_level=ERROR"],
                                 resources={"metadata": {"path": str(workdir)}})
         start = time.perf_counter()
         client.execute(**({"env": env} if env else {}))  # env reaches the kernel process

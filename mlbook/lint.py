@@ -116,12 +116,29 @@ def release_is_clean(course: Course, lab: str, source: NotebookNode) -> list[str
     problems = [f"release contains the marker {m!r}" for m in (BEGIN_SOLUTION, END_SOLUTION, BEGIN_HIDDEN, END_HIDDEN,
                                                                "BEGIN MARK SCHEME", "Rubric (TA only)")
                 if m in release_text]
+    given = _given_text(source)  # lines students are meant to see (outside every secret block)
     for gid, cell in iter_nbgrader_cells(source):
         for block in _blocks(cell.source, BEGIN_SOLUTION, END_SOLUTION) + _blocks(cell.source, BEGIN_HIDDEN, END_HIDDEN):
             for line in block:
-                if len(line.strip()) >= 25 and line.strip() in release_text:
-                    problems.append(f"release contains a line of {gid!r}'s solution or hidden tests: {line.strip()[:60]!r}")
+                text = line.strip()
+                if len(text) >= 25 and text in release_text and text not in given:
+                    problems.append(f"release contains a line of {gid!r}'s solution or hidden tests: {text[:60]!r}")
     return problems
+
+
+def _given_text(source: NotebookNode) -> str:
+    """The source notebook's text with every solution and hidden-test block removed."""
+    kept = []
+    for cell in source.cells:
+        inside = False
+        for line in cell.source.splitlines():
+            if BEGIN_SOLUTION in line or BEGIN_HIDDEN in line:
+                inside = True
+            elif END_SOLUTION in line or END_HIDDEN in line:
+                inside = False
+            elif not inside:
+                kept.append(line)
+    return "\n".join(kept)
 
 
 def _blocks(text: str, begin: str, end: str) -> list[list[str]]:

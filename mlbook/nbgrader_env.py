@@ -10,6 +10,7 @@ import contextlib
 import logging
 import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Iterator
 
@@ -22,6 +23,9 @@ from .errors import MlbookError
 # nbgrader starts helper programs (alembic, for gradebook migrations) by name: make sure the
 # environment mlbook runs from is on PATH even when it was not activated.
 _BIN = str(Path(sys.executable).parent)
+# nbgrader 0.9.6 reads gradebook relationships outside its session; sqlalchemy warns on every
+# submission. The warning is about nbgrader's code, not the course: keep it off the TA's screen.
+warnings.filterwarnings("ignore", message=r".*not in session, add operation along", module=r"nbgrader\.")
 if _BIN not in os.environ.get("PATH", "").split(os.pathsep):
     os.environ["PATH"] = _BIN + os.pathsep + os.environ.get("PATH", "")
 
