@@ -1,0 +1,379 @@
+"""Hidden checks for lab 2, the sqrt(d_k) variance experiment (grader only).
+
+Conventions of this module:
+- ``Q`` is (..., T_q, d_k) and ``K`` is (..., T_k, d_k); a row of weights runs over the last
+  axis (the keys) and sums to 1. Random query and key components are independent standard
+  normals, the situation at initialisation.
+- Deterministic answers (scores, entropies, Jacobians) are compared with the grader's own
+  reference to 1e-6.
+- Random answers are called with generators the grader seeds itself, on other d_k and other
+  sizes than the notebook uses, and compared with the grader's own Monte Carlo reference.
+  Every statistical comparison allows ``Z_SIGMA`` standard errors, each derived from the
+  sample size where it is computed. A correct answer fails one comparison with probability
+  2 * (1 - Phi(5)) = 5.7e-7, so the six statistical comparisons of one notebook raise a false
+  alarm in fewer than 1 run in 100,000.
+- Messages quote the student's own values and the call that produced them, never a reference.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any, Callable
+
+import numpy as np
+
+from mlbook.labs._support import call_student, close, diagnose, fail, fresh_rng
+from mlbook_helpers.checks import as_array
+
+__all__ = [
+    "check_dot_product_std",
+    "check_attention_scores",
+    "check_row_entropy",
+    "check_effective_keys",
+    "check_mean_effective_keys",
+    "check_softmax_jacobian",
+]
+
+Z_SIGMA = 5.0
+
+
+# ----------------------------------------------------------------------------- shared pieces
+
+
+def _call(fn: Callable, *args: Any, what: str, **kwargs: Any) -> Any:
+    """Call the student's function with numpy's floating-point warnings silenced.
+
+    A correct answer such as ``w * np.log(w)`` followed by ``np.nansum`` warns about log(0);
+    nbgrader zeroes a test cell that writes to stderr, so the warning must not escape here.
+    """
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        return call_student(fn, *args, what=what, **kwargs)
+
+
+def _array(value: Any, what: str) -> np.ndarray:
+    try:
+        return as_array(value)
+    except (TypeError, ValueError):
+        fail(what, f"returned {type(value).__name__}, not an array of numbers",
+             "Return a NumPy array (or a torch tensor) of floats.")
+        raise AssertionError  # unreachable: fail raises
+
+
+def _scalar(value: Any, what: str) -> float:
+    arr = _array(value, what)
+    if arr.size != 1:
+        fail(what, f"returned an array of shape {arr.shape}, not one number",
+             "Reduce over every sample at once so the function returns a single float.")
+    out = float(arr.reshape(()))
+    if not math.isfinite(out):
+        fail(what, f"returned {out}", "Look for a log of 0 or a division by 0.")
+    return out
+
+
+def _sentence(message: str) -> str:
+    """A diagnosis as a sentence: capitalised, ending with a full stop."""
+    return message[0].upper() + message[1:] + ("" if message.endswith(".") else ".")
+
+
+def _first(values: np.ndarray, n: int = 4) -> list[float]:
+    """The first few of the student's values, rounded for a message (no negative zeros)."""
+    return (np.round(values.ravel()[:n], 4) + 0.0).tolist()
+
+
+def _seed(rng: np.random.Generator) -> int:
+    return int(rng.integers(2**32))
+
+
+def _check_reproducible(call: Callable[[int], float], what: str, rng: np.random.Generator) -> None:
+    """Same seed -> same value; another seed -> another value."""
+    seed = _seed(rng)
+    first, again, other = call(seed), call(seed), call(seed + 1)
+    if first != again:
+        fail(what, f"two calls with generators seeded alike returned {first:.6g} and {again:.6g}",
+             "Draw every random number from the rng argument (rng.standard_normal), not from "
+             "np.random.* or torch's global generator, so that a seed reproduces the result.")
+    if first == other:
+        fail(what, f"generators with different seeds both gave {first:.6g}",
+             "The rng argument seems to be ignored: draw the queries and keys from it.")
+
+
+def _ref_entropy(w: np.ndarray, base: float) -> np.ndarray:
+    """Row entropy over the last axis, with 0 log 0 = 0."""
+    logs = np.log(np.where(w > 0, w, 1.0))  # (..., T_k); log 1 = 0 where the weight is 0
+    return -(w * logs).sum(axis=-1) / math.log(base)  # (...)
+
+
+def _ref_softmax(s: np.ndarray) -> np.ndarray:
+    e = np.exp(s - s.max(axis=-1, keepdims=True))  # (..., T_k)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _test_weights(rng: np.random.Generator) -> np.ndarray:
+    """(2, 4, T_k) weight rows with T_k != 8, including a one-hot row, a uniform row and zeros."""
+    t_k = int(rng.choice([5, 6, 7, 9, 10, 11]))
+    w = rng.dirichlet(np.full(t_k, 0.7), size=(2, 4))  # (2, 4, T_k)
+    w[0, 1] = np.eye(t_k)[rng.integers(t_k)]  # one key takes everything: entropy 0
+    w[1, 2] = 1.0 / t_k  # uniform: entropy log T_k
+    w[0, 3, : t_k // 2] = 0.0  # masked keys: exact zeros
+    w[0, 3] /= w[0, 3].sum()
+    return w
+
+
+# ----------------------------------------------------------------------------- dot_product_std
+
+
+def _diagnose_spread(got: float, d_k: int, n_pairs: int, what: str, z: float) -> None:
+    ratio = got / math.sqrt(d_k)
+    if got > 3 * math.sqrt(d_k) and abs(got / math.sqrt(n_pairs) - 1) < 0.5:
+        fail(what, f"got {got:.4g}, which grows with n_pairs rather than with d_k",
+             "The standard deviation was taken over the wrong axis: sum the products over the d_k "
+             "components of each pair (axis=-1), then take the spread across the n_pairs sums.")
+    if abs(got - 1) < 0.15:
+        fail(what, f"got {got:.4g}, about 1 although d_k = {d_k}",
+             "That is the spread of a single product q_c k_c (or of a dot product already divided "
+             "by sqrt(d_k)); measure the raw dot product, the sum over all d_k components.")
+    if abs(got / d_k - 1) < 0.15:
+        fail(what, f"got {got:.4g}, about d_k itself",
+             "That is the variance, not the standard deviation: take np.std, or the square root.")
+    if abs(ratio - math.sqrt(7 / 144)) < 0.05:
+        fail(what, f"got {got:.4g}, well below the spread the lesson derives",
+             "The components look uniform on [0, 1): draw them standard normal (mean 0, variance 1) "
+             "with rng.standard_normal.")
+    fail(what, f"got {got:.4g}, {z:.1f} standard errors away from the law derived in the lesson",
+         "Draw q and k as (n_pairs, d_k) standard normal arrays, take the n_pairs row sums of q * k "
+         "and return their standard deviation.")
+
+
+def check_dot_product_std(dot_product_std: Callable) -> None:
+    """Spread of q . k on fresh d_k, against the law SD = sqrt(d_k), plus reproducibility."""
+    rng = fresh_rng()
+    n_pairs = 6000
+    # Largest d_k first: a wrong-axis sum has only d_k samples, so it is recognised best there.
+    d_ks = [int(rng.integers(150, 400)), int(rng.integers(30, 100)), int(rng.integers(3, 12))]
+    for d_k in d_ks:
+        what = f"dot_product_std(d_k={d_k}, n_pairs={n_pairs}, rng)"
+        got = _scalar(_call(dot_product_std, d_k, n_pairs, np.random.default_rng(_seed(rng)), what=what), what)
+        # Tolerance. X = q . k is a sum of d_k i.i.d. products q_c k_c with variance 1 and
+        # E[(q_c k_c)^4] = E[q^4] E[k^4] = 9, i.e. excess kurtosis 6; a sum of d_k of them has
+        # variance d_k and kurtosis kappa = 3 + 6 / d_k. The delta method gives the standard
+        # error of a sample SD of n draws: SE(s) = sigma * sqrt((kappa - 1) / (4 n)), so
+        # SE(s / sqrt(d_k)) = sqrt((2 + 6 / d_k) / (4 n)): 0.65% to 1.4% here for n = 6000.
+        rel_se = math.sqrt((2.0 + 6.0 / d_k) / (4.0 * n_pairs))
+        z = abs(got / math.sqrt(d_k) - 1.0) / rel_se
+        if z > Z_SIGMA:
+            _diagnose_spread(got, d_k, n_pairs, what, z)
+
+    def call(seed: int) -> float:
+        what = "dot_product_std(d_k=7, n_pairs=500, rng)"
+        return _scalar(_call(dot_product_std, 7, 500, np.random.default_rng(seed), what=what), what)
+
+    _check_reproducible(call, "dot_product_std(d_k=7, n_pairs=500, rng)", rng)
+
+
+# ----------------------------------------------------------------------------- attention_scores
+
+
+def check_attention_scores(attention_scores: Callable) -> None:
+    """Batched, rectangular scores on a fresh d_k, scaled and unscaled, float64 and float32."""
+    rng = fresh_rng()
+    d_k = int(rng.choice([11, 13, 17, 24, 48]))  # never the lesson's 2, never equal to T_q or T_k
+    t_q, t_k = int(rng.integers(3, 6)), int(rng.integers(6, 10))
+    cases = [
+        (rng.standard_normal((2, t_q, d_k)), rng.standard_normal((2, t_k, d_k))),  # batched
+        (rng.standard_normal((t_q, d_k)).astype(np.float32),
+         rng.standard_normal((t_k, d_k)).astype(np.float32)),  # one sequence, float32
+    ]
+    for Q, K in cases:
+        raw = np.einsum("...qd,...kd->...qk", Q.astype(np.float64), K.astype(np.float64))  # (..., T_q, T_k)
+        tol = 1e-6 if Q.dtype == np.float64 else 1e-4
+        for scaled in (True, False):
+            what = f"attention_scores(Q of shape {Q.shape} {Q.dtype}, K of shape {K.shape}, scaled={scaled})"
+            got = _array(_call(attention_scores, Q.copy(), K.copy(), scaled=scaled, what=what), what)
+            want = raw / math.sqrt(d_k) if scaled else raw
+            if close(got, want, atol=tol, rtol=tol):
+                continue
+            if got.shape != want.shape:
+                if got.shape == want.shape[:-2] + want.shape[-2:][::-1]:
+                    fail(what, f"shape is {got.shape}",
+                         "Queries are the rows: compute Q K^T (shape (..., T_q, T_k)), not K Q^T.")
+                fail(what, f"shape is {got.shape}, expected {want.shape}",
+                     "Swap only the last two axes of K (K.swapaxes(-2, -1) or K.transpose(-2, -1) "
+                     "in torch); K.T also reverses the batch axes.")
+            message = diagnose(got, {
+                "scores were divided by d_k instead of sqrt(d_k)": raw / d_k,
+                "scaled=True returned the raw dot products: divide by sqrt(d_k)": raw,
+                "scaled=False must return the raw dot products q . k, without dividing": raw / math.sqrt(d_k),
+                "divided by the square root of the number of keys: d_k is the last axis of Q and K": raw / math.sqrt(t_k),
+                "divided by the square root of the number of queries: d_k is the last axis of Q and K": raw / math.sqrt(t_q),
+                "multiplied by sqrt(d_k) instead of dividing": raw * math.sqrt(d_k),
+            } if scaled else {
+                "scaled=False must return the raw dot products q . k, without dividing": raw / math.sqrt(d_k),
+                "scaled=False divided the scores by d_k; it must return the raw dot products": raw / d_k,
+            }, atol=tol, rtol=tol)
+            observed = f"wrong values (first row starts {_first(got.reshape(-1, got.shape[-1])[0], 3)})"
+            fail(what, observed, _sentence(message) if message else
+                 "Each entry is q_i . k_j over the d_k components, divided by sqrt(d_k) when scaled=True.")
+
+
+# ----------------------------------------------------------------------------- row_entropy
+
+
+def check_row_entropy(row_entropy: Callable) -> None:
+    """Entropy of each row of a (2, 4, T_k) batch with zeros, one-hot and uniform rows, in bits and nats."""
+    rng = fresh_rng()
+    w = _test_weights(rng)  # (2, 4, T_k)
+    nats = _ref_entropy(w, math.e)  # (2, 4)
+    bits = _ref_entropy(w, 2.0)  # (2, 4)
+    for base, name, want in ((2, "2", bits), (math.e, "e", nats)):
+        what = f"row_entropy(weights of shape {w.shape}, base={name})"
+        got = _array(_call(row_entropy, w.copy(), base=base, what=what), what)
+        if close(got, want):
+            continue
+        if got.shape != want.shape:
+            fail(what, f"shape is {got.shape}, expected {want.shape}",
+                 "One entropy per row: sum over the last axis (the keys) only.")
+        if np.isnan(got).any():
+            rows = sorted({int(i) for i in np.argwhere(np.isnan(got))[:, 1]})
+            fail(what, f"nan in rows {rows} of the 4 rows of each batch entry, which contain weights equal to 0",
+                 "0 * log 0 counts as 0: mask the zero weights (np.where) or use scipy.special.entr.")
+        other_unit = ({"an entropy in nats where bits were asked: divide the natural log by log(base)": nats}
+                      if base == 2 else
+                      {"an entropy in bits where nats were asked: with base=e take the natural log": bits})
+        message = diagnose(got, {
+            **other_unit,
+            "the entropy has the wrong sign: H = -sum a log a": -want,
+            "multiplied by log(base) instead of dividing: log_b(x) = ln(x) / ln(b)": nats * math.log(base),
+            "an entropy in log base 10: use the base argument": _ref_entropy(w, 10.0),
+        })
+        fail(what, f"got {_first(got)} for the first rows",
+             _sentence(message) if message else "H = -sum_j a_j log(a_j) / log(base) over each row, with 0 log 0 = 0.")
+
+
+# ----------------------------------------------------------------------------- effective_keys
+
+
+def check_effective_keys(effective_keys: Callable) -> None:
+    """2 ** (entropy in bits) of each row, on rows with zeros, a one-hot row and a uniform row."""
+    rng = fresh_rng()
+    w = _test_weights(rng)  # (2, 4, T_k)
+    bits, nats = _ref_entropy(w, 2.0), _ref_entropy(w, math.e)  # (2, 4) each
+    want = 2.0**bits  # (2, 4)
+    what = f"effective_keys(weights of shape {w.shape})"
+    got = _array(_call(effective_keys, w.copy(), what=what), what)
+    if close(got, want):
+        return
+    if got.shape != want.shape:
+        fail(what, f"shape is {got.shape}, expected {want.shape}", "One number per row: the rows run over the last axis.")
+    message = diagnose(got, {
+        "exp of an entropy in bits: use 2 ** H_bits (or exp of H in nats)": np.exp(bits),
+        "2 to the power of an entropy in nats: use 2 ** H_bits (or exp of H in nats)": 2.0**nats,
+        "returned the entropy in bits itself: effective keys are 2 ** H_bits": bits,
+        "returned the entropy in nats itself: effective keys are exp(H_nats) = 2 ** H_bits": nats,
+    })
+    t_k = w.shape[-1]
+    fail(what, f"got {_first(got)} for the first rows (a uniform row over {t_k} keys gave "
+         f"{float(got[1, 2]):.4g}, a one-hot row {float(got[0, 1]):.4g})",
+         _sentence(message) if message else "A uniform row over T keys has T effective keys and a one-hot row has 1.")
+
+
+# ----------------------------------------------------------------------------- mean_effective_keys
+
+
+# How a draw's rows of entropies in bits become that draw's mean effective keys: the right way
+# first, then the known wrong ones the diagnosis tries.
+_KEYS_OF_BITS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "right": lambda bits: (2.0**bits).mean(axis=-1),
+    "power-of-mean": lambda bits: 2.0 ** bits.mean(axis=-1),
+    "exp-of-bits": lambda bits: np.exp(bits).mean(axis=-1),
+    "two-to-nats": lambda bits: (2.0 ** (bits * math.log(2.0))).mean(axis=-1),
+}
+
+
+def _mek_per_draw(rng: np.random.Generator, d_k: int, n_tokens: int, n_draws: int, divisor: float,
+                  keys_of_bits: str = "right") -> np.ndarray:
+    """The grader's Monte Carlo: mean effective keys of each draw, scores divided by ``divisor``."""
+    Q = rng.standard_normal((n_draws, n_tokens, d_k))  # (n_draws, T, d_k)
+    K = rng.standard_normal((n_draws, n_tokens, d_k))  # (n_draws, T, d_k)
+    weights = _ref_softmax(Q @ K.swapaxes(-2, -1) / divisor)  # (n_draws, T, T)
+    bits = _ref_entropy(weights, 2.0)  # (n_draws, T)
+    return _KEYS_OF_BITS[keys_of_bits](bits)  # (n_draws,)
+
+
+def check_mean_effective_keys(mean_effective_keys: Callable) -> None:
+    """Mean effective keys on fresh d_k and n_tokens != 8, scaled and unscaled, against a Monte Carlo reference."""
+    rng = fresh_rng()
+    n_draws, n_ref = 250, 1000
+    n_tokens = int(rng.choice([5, 6, 7, 9, 10, 12]))
+    small, large = int(rng.integers(3, 9)), int(rng.integers(120, 400))
+    for d_k, scaled in ((large, False), (large, True), (small, True)):
+        what = f"mean_effective_keys(d_k={d_k}, rng, scaled={scaled}, n_draws={n_draws}, n_tokens={n_tokens})"
+        got = _scalar(_call(mean_effective_keys, d_k, np.random.default_rng(_seed(rng)), scaled=scaled,
+                            n_draws=n_draws, n_tokens=n_tokens, what=what), what)
+
+        def near(divisor: float, tokens: int = n_tokens, keys_of_bits: str = "right") -> bool:
+            # Draws are independent, so a mean over n draws has standard error s / sqrt(n), with s
+            # the SD of one draw's mean (estimated from the grader's n_ref draws). The difference
+            # between the student's mean and the grader's has SE s * sqrt(1/n_draws + 1/n_ref).
+            per_draw = _mek_per_draw(rng, d_k, tokens, n_ref, divisor, keys_of_bits)  # (n_ref,)
+            se = per_draw.std(ddof=1) * math.sqrt(1.0 / n_draws + 1.0 / n_ref)
+            return abs(got - per_draw.mean()) <= Z_SIGMA * se + 1e-9
+
+        right = math.sqrt(d_k) if scaled else 1.0
+        if near(right):
+            continue
+        if scaled and near(d_k):
+            hint = "the scores were divided by d_k instead of sqrt(d_k), so every row is pushed toward uniform."
+        elif near(1.0 if scaled else math.sqrt(d_k)):
+            hint = f"the value matches scaled={not scaled}: pass `scaled` on to attention_scores."
+        elif near(right, tokens=8):
+            hint = "the value matches 8 tokens: use the n_tokens argument for both Q and K."
+        elif near(right, keys_of_bits="power-of-mean"):
+            hint = "that is 2 to the power of the mean entropy: average effective_keys over all rows instead."
+        elif near(right, keys_of_bits="exp-of-bits"):
+            hint = "the value matches exp of an entropy in bits per row: check effective_keys."
+        elif near(right, keys_of_bits="two-to-nats"):
+            hint = "the value matches 2 to the power of an entropy in nats per row: check row_entropy's base."
+        else:
+            hint = ("Draw Q and K as (n_draws, n_tokens, d_k) standard normals from rng, take the softmax of "
+                    "attention_scores(Q, K, scaled) over the keys and average effective_keys over every row.")
+        fail(what, f"got {got:.4g}, outside the range the sample size allows", _sentence(hint))
+
+    def call(seed: int) -> float:
+        what = "mean_effective_keys(d_k=5, rng, scaled=True, n_draws=20, n_tokens=6)"
+        return _scalar(_call(mean_effective_keys, 5, np.random.default_rng(seed), scaled=True, n_draws=20,
+                             n_tokens=6, what=what), what)
+
+    _check_reproducible(call, "mean_effective_keys(d_k=5, rng, scaled=True, n_draws=20, n_tokens=6)", rng)
+
+
+# ----------------------------------------------------------------------------- softmax_jacobian
+
+
+def check_softmax_jacobian(softmax_jacobian: Callable) -> None:
+    """diag(a) - a a^T for one fresh row and for a (2, 3, T) batch of rows."""
+    rng = fresh_rng()
+    t = int(rng.choice([4, 5, 6, 7, 9]))
+    for a in (rng.dirichlet(np.ones(t)), rng.dirichlet(np.ones(t), size=(2, 3))):
+        what = f"softmax_jacobian(a of shape {a.shape})"
+        outer = a[..., :, None] * a[..., None, :]  # (..., T, T)
+        diag = a[..., :, None] * np.eye(t)  # (..., T, T)
+        want = diag - outer  # (..., T, T)
+        got = _array(_call(softmax_jacobian, a.copy(), what=what), what)
+        if close(got, want):
+            continue
+        if got.shape != want.shape:
+            hint = ("One (T, T) matrix per row: np.diag and np.outer handle a single vector only; for a batch, "
+                    "build the diagonal and the outer product by broadcasting over a new axis.")
+            fail(what, f"shape is {got.shape}, expected {want.shape}", hint)
+        message = diagnose(got, {
+            "the diagonal term diag(a) is missing": -outer,
+            "only the diagonal a_i (1 - a_i) is there: the off-diagonal entries are -a_i a_j": diag - a[..., :, None] ** 2 * np.eye(t),
+            "the sign is flipped: J = diag(a) - a a^T": -want,
+            "the product a * a is elementwise, so each row subtracts a_j^2: a a^T is the outer product, with entries a_i a_j": diag - (a**2)[..., None, :],
+            "a^T a is an inner product (one number): the Jacobian subtracts the outer product a a^T": diag - (a**2).sum(-1)[..., None, None],
+        })
+        sums = got.sum(axis=-1)
+        fail(what, f"rows of your Jacobian sum to {_first(sums, 3)}",
+             _sentence(message) if message else "Entry (i, j) is a_i (1[i = j] - a_j); every row sums to 0.")

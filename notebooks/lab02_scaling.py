@@ -1,0 +1,542 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Lab 2 — Why divide by √d_k? Measure it
+#
+# Every attention layer divides its scores by √d_k. The usual one-line reason ("it keeps the
+# variance at 1") is easy to recite and easy to get subtly wrong in an interview. In this lab
+# you **measure** the reason on random vectors, the situation at initialisation, instead of
+# reciting it.
+#
+# You will:
+# 1. measure the spread of a dot product q · k as d_k grows and compare it with √d_k;
+# 2. compute scores with and without the scale, and watch what a larger spread does to a softmax;
+# 3. measure how many keys a row really uses (entropy and *effective keys*), scaled and unscaled;
+# 4. repeat the chapter's exercise on 512 tokens, and see why d_k would be the wrong divisor;
+# 5. write the softmax Jacobian and measure how much gradient reaches the scores.
+#
+# **Conventions used throughout.** `Q` is (..., T_q, d_k) and `K` is (..., T_k, d_k), one token
+# per row. Scores are (..., T_q, T_k): rows are queries, columns are keys, and every softmax runs
+# over the last axis (the keys). Every function that draws random numbers takes a NumPy
+# `Generator` called `rng` and draws **only** from it, so the same seed gives the same result.
+# Random query and key components are independent standard normals (mean 0, variance 1).
+#
+# **Grading.** Cells marked with points are graded. Visible tests run as you go; hidden tests
+# run when your notebook is graded, with fresh seeds, other d_k and other sizes, and their
+# tolerances come from the sample size. A failing test names the likely misconception. The
+# written answer in section 6 is graded by a TA.
+
+# %% [markdown]
+# ## Setup
+# Run this cell first. `softmax` is SciPy's: `softmax(scores, axis=-1)` normalises each row over
+# the keys. You wrote your own in lab 1; here the softmax is a tool, not the subject.
+
+# %% nbgrader={"grade_id": "setup", "locked": true}
+import math
+
+import matplotlib.pyplot as plt
+import numpy as np
+from scipy.special import softmax
+
+from mlbook_helpers.checks import as_array, expect, expect_close, expect_shape
+from mlbook_helpers.examples import ticket_example
+from mlbook_helpers.plotting import attention_heatmap, curves, heatmap_grid
+
+np.set_printoptions(precision=3, suppress=True)
+D_KS = [2, 4, 8, 16, 32, 64, 128, 256]  # the widths of the lesson's table
+ticket = ticket_example()
+Q_ticket = ticket.X @ ticket.W_q  # (3, 2): the lesson's queries for bag, delayed, refund
+K_ticket = ticket.X @ ticket.W_k  # (3, 2): their keys
+
+# %% [markdown]
+# ## 1. The spread of a dot product
+#
+# Take a query q and a key k with d_k components each, all independent with mean 0 and
+# variance 1. The score is the sum s = q₁k₁ + … + q_{d_k}k_{d_k}.
+#
+# * One term: E[q_c k_c] = E[q_c] E[k_c] = 0, and Var(q_c k_c) = E[q_c²] E[k_c²] = 1 · 1 = 1.
+# * Independent terms add their variances, so **Var(s) = d_k** and the standard deviation is √d_k.
+#
+# So the typical size of a raw score grows with the width of the head: about 2 at d_k = 4,
+# 4 at d_k = 16, 8 at d_k = 64. Before trusting the algebra, measure it.
+#
+# Write `dot_product_std`: draw `n_pairs` independent pairs (q, k) from `rng`, compute one dot
+# product per pair, and return the standard deviation of those `n_pairs` numbers.
+# Draw all pairs at once as two (n_pairs, d_k) arrays (`rng.standard_normal`); mind which axis
+# holds the components.
+
+# %% nbgrader={"grade_id": "dot_product_std", "solution": true}
+def dot_product_std(d_k, n_pairs, rng):
+    """Measure the spread of q . k for random vectors with unit-variance components.
+
+    Args:
+        d_k: number of components of each vector.
+        n_pairs: how many independent (q, k) pairs to draw.
+        rng: a numpy.random.Generator; every random number comes from it.
+
+    Returns:
+        float: the standard deviation of the n_pairs dot products.
+    """
+    ### BEGIN SOLUTION
+    q = rng.standard_normal((n_pairs, d_k))  # (n_pairs, d_k): one query per row
+    k = rng.standard_normal((n_pairs, d_k))  # (n_pairs, d_k): one key per row
+    dots = (q * k).sum(axis=-1)  # (n_pairs,): sum over the d_k components of each pair
+    return float(dots.std())
+    ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_dot_product_std", "points": 2}
+# The lesson measured 3.99 with 20,000 pairs at d_k = 16 (the law says 4). Tolerance: a sample
+# SD of n draws has standard error sigma * sqrt((kappa - 1) / (4 n)), where kappa = 3 + 6 / d_k is
+# the kurtosis of q . k; at d_k = 16, n = 20,000 that is 4 * sqrt(2.375 / 80,000) = 0.022, and we
+# allow 5 standard errors. At d_k = 64 the same rule gives 8 +- 5 * 0.042.
+SPREAD_HINT = ("About 141 = sqrt(20000) means the std was taken over the wrong axis (across the pairs, "
+               "not the d_k components); about 1 is the spread of a single product q_c k_c; "
+               "about 16 is the variance, not the standard deviation.")
+sd16 = dot_product_std(16, 20_000, np.random.default_rng(0))
+expect_close(sd16, 4.0, "dot_product_std(16, 20000, rng)", atol=0.11, hint=SPREAD_HINT)
+sd64 = dot_product_std(64, 20_000, np.random.default_rng(1))
+expect_close(sd64, 8.0, "dot_product_std(64, 20000, rng)", atol=0.21, hint=SPREAD_HINT)
+again = dot_product_std(16, 20_000, np.random.default_rng(0))
+expect(again == sd16, "two calls with default_rng(0)", f"gave {sd16:.6g} and {again:.6g}",
+       "Draw every random number from the rng argument, not from np.random.*, so a seed reproduces the result.")
+
+# %% nbgrader={"grade": true, "grade_id": "test_dot_product_std_hidden", "points": 3}
+# Hidden tests: fresh seeds, other d_k, reproducibility.
+### BEGIN HIDDEN TESTS
+from mlbook.labs.lab02_scaling import hidden
+hidden.check_dot_product_std(dot_product_std)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# Now the lesson's table: 20,000 pairs at every width from 2 to 256. On log–log axes a power
+# law is a straight line, and √d_k has slope 1/2. The lesson's values are about
+# 1.4, 2, 2.8, 4, 5.7, 8, 11.3, 16.
+
+# %% nbgrader={"grade_id": "spread_table", "locked": true}
+rng = np.random.default_rng(39)
+measured = [dot_product_std(d_k, 20_000, rng) for d_k in D_KS]
+for d_k, sd in zip(D_KS, measured):
+    print(f"d_k = {d_k:3d}   measured SD of q.k = {sd:5.2f}   sqrt(d_k) = {math.sqrt(d_k):5.2f}")
+curves(D_KS, {"measured SD of q . k": measured, "sqrt(d_k)": np.sqrt(D_KS)},
+       xlabel="d_k", ylabel="standard deviation", logx=True, logy=True,
+       title="The spread of a raw score grows like sqrt(d_k)")
+plt.show()
+
+# %% [markdown]
+# ## 2. Scores, scaled and unscaled
+#
+# Dividing every score by √d_k divides its standard deviation by √d_k, which brings it back to
+# 1 at every width. Write `attention_scores`. It must work for a single sequence (T, d_k) and
+# for a batch (B, T, d_k), with T_q ≠ T_k: swap only the last two axes of K.
+
+# %% nbgrader={"grade_id": "attention_scores", "solution": true}
+def attention_scores(Q, K, scaled=True):
+    """Score every query against every key.
+
+    Args:
+        Q: (..., T_q, d_k) queries, one per row.
+        K: (..., T_k, d_k) keys, one per row.
+        scaled: divide by sqrt(d_k) when True; return the raw dot products when False.
+
+    Returns:
+        (..., T_q, T_k) scores; entry [i, j] compares query i with key j.
+    """
+    ### BEGIN SOLUTION
+    d_k = Q.shape[-1]
+    scores = Q @ K.swapaxes(-2, -1)  # (..., T_q, d_k) @ (..., d_k, T_k) -> (..., T_q, T_k)
+    if scaled:
+        scores = scores / math.sqrt(d_k)  # (..., T_q, T_k)
+    return scores
+    ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_attention_scores", "points": 2}
+# The lesson's token 0 ("bag"): raw scores (1, 1, 0), scaled by sqrt(2): (0.707, 0.707, 0).
+scaled0 = as_array(attention_scores(Q_ticket, K_ticket, scaled=True))[0]
+expect_close(scaled0, [0.707, 0.707, 0.0], "scaled scores of token 0",
+             hint="(0.5, 0.5, 0) would mean the scores were divided by d_k instead of sqrt(d_k); "
+                  "(1, 1, 0) means no scaling at all.")
+raw0 = as_array(attention_scores(Q_ticket, K_ticket, scaled=False))[0]
+expect_close(raw0, [1.0, 1.0, 0.0], "unscaled scores of token 0", hint="scaled=False returns the raw dot products q . k.")
+batch = attention_scores(np.ones((2, 5, 4)), np.ones((2, 7, 4)))
+expect_shape(batch, (2, 5, 7), "scores of a (2, 5, 4) batch of queries against (2, 7, 4) keys",
+             "Swap only the last two axes of K (K.swapaxes(-2, -1)); K.T also reverses the batch axis.")
+expect_close(as_array(batch)[0, 0, 0], 2.0, "a score of the all-ones batch (d_k = 4)",
+             hint="Four products of 1, divided by sqrt(4) = 2; divided by d_k it would be 1.")
+
+# %% nbgrader={"grade": true, "grade_id": "test_attention_scores_hidden", "points": 2}
+# Hidden tests: batched and single sequences, T_q != T_k, another d_k, float32.
+### BEGIN HIDDEN TESTS
+from mlbook.labs.lab02_scaling import hidden
+hidden.check_attention_scores(attention_scores)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## 3. What a larger spread does to the softmax
+#
+# The softmax only sees differences between scores, and it turns them into ratios:
+# e^Δ. Multiply all scores by a factor and every ratio is raised to that power. The three rows
+# below are token 0's scores scaled (the lesson's weights), unscaled, and eight times larger.
+# The key order never changes; only the sharpness does. No code of yours is needed for this map.
+
+# %% nbgrader={"grade_id": "sharpening_map", "locked": true}
+score_rows = {
+    "scaled (0.707, 0.707, 0)": [0.707, 0.707, 0.0],
+    "unscaled (1, 1, 0)": [1.0, 1.0, 0.0],
+    "eight times larger (8, 8, 0)": [8.0, 8.0, 0.0],
+}
+sharpening = softmax(np.array(list(score_rows.values())), axis=-1)  # (3, 3): one score vector per row
+attention_heatmap(sharpening, list(score_rows), list(ticket.tokens), fmt=".4f",
+                  title="token 0's weights as the score spread grows")
+plt.show()
+
+# %% [markdown]
+# Weights (0.401, 0.401, 0.198) become (0.422, 0.422, 0.155) without the scale, and
+# (0.500, 0.500, 0.0002) at eight times the spread: the third key is ignored. The same happens
+# to your scores:
+
+# %% nbgrader={"grade_id": "sharpening_yours", "locked": true}
+for scaled in (True, False):
+    row0 = softmax(as_array(attention_scores(Q_ticket, K_ticket, scaled=scaled))[0])  # (3,)
+    print(f"scaled={scaled!s:5}: token 0's weights {np.round(row0, 3)}")
+
+# %% [markdown]
+# ## 4. How many keys does a row use?
+#
+# A heat map shows sharpness, but a number is easier to compare across widths. The **entropy**
+# of a row of weights a is H = −Σⱼ aⱼ log aⱼ (with 0 · log 0 = 0): 0 for a one-hot row,
+# log T for a uniform row over T keys. The unit depends on the logarithm: base 2 gives **bits**,
+# base e gives **nats**, and H_bits = H_nats / ln 2.
+#
+# The **effective number of keys** is 2^H_bits: 1 for a one-hot row, T for a uniform row,
+# 2 for a row split evenly between two keys. Since 2^H_bits = e^H_nats, either unit gives the same
+# count, as long as the base of the power matches the base of the entropy.
+#
+# Write `row_entropy` (one entropy per row, in the base you are given) and `effective_keys`.
+# Rows with zero weights (masked keys) must give a number, not `nan`.
+
+# %% nbgrader={"grade_id": "row_entropy", "solution": true}
+def row_entropy(weights, base):
+    """Entropy of each row of weights, with 0 log 0 = 0.
+
+    Args:
+        weights: (..., T_k) rows of non-negative weights, each summing to 1.
+        base: base of the logarithm: 2 for bits, math.e for nats.
+
+    Returns:
+        (...) one entropy per row.
+    """
+    ### BEGIN SOLUTION
+    logs = np.log(np.where(weights > 0, weights, 1.0))  # (..., T_k): log 1 = 0 where a weight is 0
+    return -(weights * logs).sum(axis=-1) / math.log(base)  # (...)
+    ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_row_entropy", "points": 2}
+uniform8 = np.full((1, 8), 1 / 8)  # (1, 8): one uniform row over 8 keys
+expect_close(row_entropy(uniform8, 2), [3.0], "entropy of a uniform row over 8 keys, base 2",
+             hint="2.079 = ln 8 would be an entropy in nats where bits were asked: divide the natural log by log(base).")
+expect_close(row_entropy(uniform8, math.e), [math.log(8)], "entropy of a uniform row over 8 keys, base e",
+             hint="3.0 = log2 8 would be an entropy in bits where nats were asked: with base=e keep the natural log.")
+expect_close(row_entropy(np.array([[0.0, 1.0, 0.0]]), 2), [0.0], "entropy of a one-hot row",
+             hint="A one-hot row has entropy 0; nan means 0 * log 0 was not counted as 0.")
+expect_close(row_entropy(np.array([[0.401, 0.401, 0.198]]), 2), [1.520], "entropy of token 0's weights in bits",
+             hint="H = -sum a log2 a over the row.")
+expect_shape(row_entropy(np.full((2, 5, 7), 1 / 7), 2), (2, 5), "row_entropy of (2, 5, 7) weights",
+             "One entropy per row: sum over the last axis (the keys) only.")
+
+# %% nbgrader={"grade": true, "grade_id": "test_row_entropy_hidden", "points": 3}
+# Hidden tests: batches of rows with zeros, one-hot and uniform rows, in bits and in nats.
+### BEGIN HIDDEN TESTS
+from mlbook.labs.lab02_scaling import hidden
+hidden.check_row_entropy(row_entropy)
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade_id": "effective_keys", "solution": true}
+def effective_keys(weights):
+    """Effective number of keys of each row: 2 to the power of its entropy in bits.
+
+    Args:
+        weights: (..., T_k) rows of non-negative weights, each summing to 1.
+
+    Returns:
+        (...) one number per row, between 1 (one-hot) and T_k (uniform).
+    """
+    ### BEGIN SOLUTION
+    return 2.0 ** row_entropy(weights, 2)  # (...)
+    ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_effective_keys", "points": 1}
+KEYS_HINT = ("e^3 = 20.1 for a uniform row over 8 keys would be exp of an entropy in bits; "
+             "2^2.079 = 4.23 would be 2 to the power of an entropy in nats. The base of the power must match the unit.")
+expect_close(effective_keys(uniform8), [8.0], "effective keys of a uniform row over 8 keys", hint=KEYS_HINT)
+expect_close(effective_keys(np.array([[0.0, 1.0, 0.0], [0.5, 0.5, 0.0]])), [1.0, 2.0],
+             "effective keys of a one-hot row and of an even two-way split", hint=KEYS_HINT)
+
+# %% nbgrader={"grade": true, "grade_id": "test_effective_keys_hidden", "points": 2}
+# Hidden tests: batches of rows with zeros, one-hot and uniform rows.
+### BEGIN HIDDEN TESTS
+from mlbook.labs.lab02_scaling import hidden
+hidden.check_effective_keys(effective_keys)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ### 4b. The collapse experiment
+#
+# The lesson draws 40 sequences of 8 tokens at each width, with random queries and keys, and
+# averages the effective keys over every row of every draw. Write `mean_effective_keys`: draw
+# Q and K as (n_draws, n_tokens, d_k) standard normals from `rng`, compute the weights with
+# **your** `attention_scores` and `softmax(..., axis=-1)`, and return the mean of **your**
+# `effective_keys` over all rows.
+
+# %% nbgrader={"grade_id": "mean_effective_keys", "solution": true}
+def mean_effective_keys(d_k, rng, scaled=True, n_draws=40, n_tokens=8):
+    """Average effective keys of attention rows on random queries and keys.
+
+    Args:
+        d_k: width of the queries and keys.
+        rng: a numpy.random.Generator; every random number comes from it.
+        scaled: divide the scores by sqrt(d_k) (True) or not (False).
+        n_draws: number of independent sequences.
+        n_tokens: tokens per sequence (T_q = T_k = n_tokens).
+
+    Returns:
+        float: effective keys averaged over the n_draws * n_tokens rows.
+    """
+    ### BEGIN SOLUTION
+    Q = rng.standard_normal((n_draws, n_tokens, d_k))  # (n_draws, T, d_k)
+    K = rng.standard_normal((n_draws, n_tokens, d_k))  # (n_draws, T, d_k)
+    weights = softmax(np.asarray(attention_scores(Q, K, scaled=scaled)), axis=-1)  # (n_draws, T, T)
+    return float(np.asarray(effective_keys(weights)).mean())  # mean over draws and rows
+    ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_mean_effective_keys", "points": 2}
+# The lesson: scaled rows keep 5.5 to 6.2 of 8 keys, unscaled rows fall to about 1.2 at d_k = 256.
+# Tolerance: draws are independent, so the mean over 40 draws has standard error s / sqrt(40), where
+# s is the SD of one draw's mean. A 20,000-draw run gives mean 5.76, s = 0.43 (scaled, d_k = 16) and
+# mean 1.21, s = 0.14 (unscaled, d_k = 256); 5 standard errors are 0.34 and 0.11.
+scaled16 = mean_effective_keys(16, np.random.default_rng(0), scaled=True)
+expect_close(scaled16, 5.76, "mean_effective_keys(16, rng, scaled=True)", atol=0.34,
+             hint="Close to 8 (uniform) would mean the scores were divided by d_k instead of sqrt(d_k); "
+                  "close to 2 means the scale was not applied.")
+raw256 = mean_effective_keys(256, np.random.default_rng(1), scaled=False)
+expect_close(raw256, 1.21, "mean_effective_keys(256, rng, scaled=False)", atol=0.11,
+             hint="Unscaled rows at d_k = 256 are nearly one-hot; a value near 5.8 means scaled=False was ignored.")
+
+# %% nbgrader={"grade": true, "grade_id": "test_mean_effective_keys_hidden", "points": 3}
+# Hidden tests: fresh seeds, other d_k and other numbers of tokens, scaled and unscaled.
+### BEGIN HIDDEN TESTS
+from mlbook.labs.lab02_scaling import hidden
+hidden.check_mean_effective_keys(mean_effective_keys)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# Both curves across the lesson's widths, and one attention row at four widths, scaled and
+# unscaled, drawn from the same queries and keys.
+
+# %% nbgrader={"grade_id": "collapse_plot", "locked": true}
+rng = np.random.default_rng(40)
+keys_scaled = [mean_effective_keys(d_k, rng, scaled=True) for d_k in D_KS]
+keys_raw = [mean_effective_keys(d_k, rng, scaled=False) for d_k in D_KS]
+for d_k, ks, kr in zip(D_KS, keys_scaled, keys_raw):
+    print(f"d_k = {d_k:3d}   effective keys of 8: scaled {ks:4.2f}   unscaled {kr:4.2f}")
+curves(D_KS, {"scaled by sqrt(d_k)": keys_scaled, "unscaled": keys_raw}, xlabel="d_k",
+       ylabel="effective keys (of 8)", logx=True, title="Without the scale, rows collapse to one key")
+plt.show()
+
+# %% nbgrader={"grade_id": "row_heatmaps", "locked": true}
+rng = np.random.default_rng(8)
+widths = [2, 16, 64, 256]
+rows = {"scaled": [], "unscaled": []}
+for d_k in widths:
+    q = rng.standard_normal((1, d_k))  # (1, d_k): one query
+    K = rng.standard_normal((8, d_k))  # (8, d_k): eight keys
+    rows["scaled"].append(softmax(as_array(attention_scores(q, K, scaled=True))[0]))  # (8,)
+    rows["unscaled"].append(softmax(as_array(attention_scores(q, K, scaled=False))[0]))  # (8,)
+heatmap_grid({name: np.array(r) for name, r in rows.items()}, [f"d_k = {d}" for d in widths],
+             [f"k{j}" for j in range(8)], fmt=".1f")
+plt.show()
+
+# %% [markdown]
+# ## 5. The chapter's exercise: 512 tokens
+#
+# Now a longer sequence: Q and K of shape 512 × d_k for d_k = 8, 64 and 512. For each width the
+# cell reports the standard deviation of all entries of the raw scores QKᵀ, and the mean row
+# entropy **in nats** with three divisors: none, √d_k, and d_k. The largest possible entropy is
+# log 512 = 6.24 nats (every row uniform).
+
+# %% nbgrader={"grade_id": "exercise_512", "locked": true}
+T = 512
+rng = np.random.default_rng(2017)
+print(f"T = {T}, log T = {math.log(T):.2f} nats")
+print("  d_k   SD(raw)   H unscaled   H / sqrt(d_k)   H / d_k")
+for d_k in (8, 64, 512):
+    Q = rng.standard_normal((T, d_k))  # (T, d_k)
+    K = rng.standard_normal((T, d_k))  # (T, d_k)
+    raw = as_array(attention_scores(Q, K, scaled=False))  # (T, T)
+    H = {div: row_entropy(softmax(raw / div, axis=-1), math.e).mean() for div in (1.0, math.sqrt(d_k), d_k)}
+    print(f"{d_k:5d}   {raw.std():7.2f}   {H[1.0]:10.2f}   {H[math.sqrt(d_k)]:13.2f}   {H[d_k]:7.2f}")
+
+# %% [markdown]
+# What to read in the table:
+#
+# * The raw spread is √d_k again: about 2.8, 8 and 22.6.
+# * **Scaled by √d_k**, the mean entropy is about 5.74 nats at every width. That is no accident: for
+#   many keys whose scores have variance σ², the entropy is close to log T − σ²/2, and the scale
+#   makes σ² = 1 at every d_k, so log 512 − 0.5 = 5.74.
+# * **Unscaled**, the entropy falls from about 3.5 nats at d_k = 8 to 0.8 at 64 and 0.24 at 512:
+#   rows collapse toward one key.
+# * **Divided by d_k**, the scores have variance 1/d_k, and the entropy climbs toward log T as
+#   d_k grows (6.18, 6.23, 6.24): rows become uniform, and a uniform row reads every value
+#   equally, whatever the query asked for.
+
+# %% [markdown]
+# ## 6. Written answer: why √d_k and not d_k?
+#
+# In four to six sentences: why is the divisor √d_k and not d_k (or 1)? Use the variance argument
+# and **the numbers you measured** in sections 4 and 5, and say what goes wrong in each of the
+# two other cases. This answer is graded by a TA.
+
+# %% [markdown] nbgrader={"grade": true, "grade_id": "why_sqrt_not_dk", "points": 3, "solution": true}
+# ### BEGIN SOLUTION
+# A raw score is a sum of d_k independent unit-variance products, so its variance is d_k and its
+# standard deviation √d_k (measured: 4.0 at d_k = 16, 16 at 256). What the softmax responds to is the
+# spread of the scores, a standard deviation, so dividing by √d_k gives variance 1 at every width:
+# the scaled rows kept about 5.7–6 of 8 keys and about 5.74 nats of 6.24 at every d_k. Without a
+# divisor the spread grows, rows collapse toward one key (1.2 of 8 keys at d_k = 256, entropy 0.24
+# nats at d_k = 512), and the softmax Jacobian diag(a) − aaᵀ goes to zero, so almost no gradient
+# reaches W_Q and W_K. Dividing by d_k over-corrects: the variance becomes 1/d_k, the scores
+# shrink together, and rows drift to uniform (6.23 and 6.24 nats, i.e. log T, at d_k = 64 and 512),
+# so every query reads the same average of the values and the pattern carries no information.
+# Only the power 1/2 makes the score distribution independent of d_k.
+#
+# **Rubric (TA only):** 1 point: variance of q·k is d_k, so the standard deviation is √d_k and
+# dividing by it gives unit variance at every width (the divisor normalises a standard deviation,
+# not a variance). 1 point: no scale → saturated, near one-hot rows with vanishing softmax gradient,
+# supported by a measured number. 1 point: divide by d_k → variance 1/d_k, rows near uniform
+# (entropy near log T), supported by a measured number.
+# ### END SOLUTION
+
+# %% [markdown]
+# ## 7. The softmax Jacobian
+#
+# Why does a sharp row hurt? Learning changes W_Q and W_K only through the gradient that reaches
+# the scores. For one row a = softmax(s), the derivative of aᵢ with respect to sⱼ is
+# aᵢ(1[i = j] − aⱼ), that is, the matrix
+#
+# J = diag(a) − a aᵀ   (T × T, symmetric, every row sums to 0).
+#
+# Its largest entry is a diagonal aᵢ(1 − aᵢ): 2/9 = 0.22 for a uniform three-way row, but only
+# 0.98 · 0.02 ≈ 0.02 for (0.98, 0.01, 0.01). Write `softmax_jacobian` for one row or a batch of rows.
+
+# %% nbgrader={"grade_id": "softmax_jacobian", "solution": true}
+def softmax_jacobian(a):
+    """Jacobian of the softmax at its output: J[..., i, j] = d a_i / d s_j.
+
+    Args:
+        a: (..., T) one or more softmax rows (each sums to 1).
+
+    Returns:
+        (..., T, T) one Jacobian diag(a) - a a^T per row.
+    """
+    ### BEGIN SOLUTION
+    t = a.shape[-1]
+    diag = a[..., :, None] * np.eye(t)  # (..., T, T): a on the diagonal
+    outer = a[..., :, None] * a[..., None, :]  # (..., T, T): a_i a_j
+    return diag - outer
+    ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_softmax_jacobian", "points": 2}
+J_uniform = as_array(softmax_jacobian(np.full(3, 1 / 3)))
+expect_close(J_uniform, np.eye(3) / 3 - 1 / 9, "Jacobian of a uniform 3-way row",
+             hint="Diagonal a_i (1 - a_i) = 2/9 = 0.22, off-diagonal -a_i a_j = -1/9; a a^T is an outer product "
+                  "(a T x T matrix), not a * a.")
+J_sharp = as_array(softmax_jacobian(np.array([0.98, 0.01, 0.01])))
+expect_close(J_sharp, [[0.0196, -0.0098, -0.0098], [-0.0098, 0.0099, -0.0001], [-0.0098, -0.0001, 0.0099]],
+             "Jacobian of the row (0.98, 0.01, 0.01)", atol=1e-4,
+             hint="Entry (i, j) is a_i (1[i = j] - a_j). a * a is elementwise; a a^T is the outer product, "
+                  "with entries a_i a_j.")
+expect_close(np.abs(J_sharp).max(), 0.0196, "largest slope of (0.98, 0.01, 0.01)", atol=1e-4,
+             hint="0.98 * (1 - 0.98) = 0.0196: a saturated row passes almost no gradient.")
+expect_close(J_sharp.sum(axis=-1), np.zeros(3), "row sums of the Jacobian",
+             hint="Adding the same number to every score leaves the softmax unchanged, so every row of J sums to 0.")
+expect_shape(softmax_jacobian(np.full((2, 4, 5), 0.2)), (2, 4, 5, 5), "Jacobian of a (2, 4, 5) batch of rows",
+             "One (T, T) matrix per row: np.diag and np.outer take one vector only; for a batch, broadcast over a new axis.")
+
+# %% nbgrader={"grade": true, "grade_id": "test_softmax_jacobian_hidden", "points": 2}
+# Hidden tests: a fresh row of another length, and a (2, 3, T) batch.
+### BEGIN HIDDEN TESTS
+from mlbook.labs.lab02_scaling import hidden
+hidden.check_softmax_jacobian(softmax_jacobian)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ### 7b. How much gradient reaches the scores?
+#
+# Suppose the loss sends back a random gradient g = ∂L/∂a (standard normal, one per weight).
+# The gradient that reaches a row of scores is J g. The cell below averages its length over the
+# rows of 40 draws of 8 tokens, with your `attention_scores` and `softmax_jacobian`.
+
+# %% nbgrader={"grade_id": "gradient_plot", "locked": true}
+def score_gradient_norm(d_k, rng, scaled, n_draws=40, n_tokens=8):
+    """Mean length of the gradient reaching one row of scores, for a random upstream gradient.
+
+    Returns:
+        float: the mean over n_draws * n_tokens rows of |J g|.
+    """
+    Q, K = rng.standard_normal((2, n_draws, n_tokens, d_k))  # each (n_draws, T, d_k)
+    A = softmax(as_array(attention_scores(Q, K, scaled=scaled)), axis=-1)  # (n_draws, T, T)
+    J = as_array(softmax_jacobian(A))  # (n_draws, T, T, T): one Jacobian per row
+    g = rng.standard_normal(A.shape)  # (n_draws, T, T): dL/da, one per weight
+    grad_scores = (J @ g[..., None])[..., 0]  # (n_draws, T, T): dL/ds, row by row
+    return float(np.linalg.norm(grad_scores, axis=-1).mean())
+
+
+rng = np.random.default_rng(42)
+grad_scaled = [score_gradient_norm(d_k, rng, scaled=True) for d_k in D_KS]
+grad_raw = [score_gradient_norm(d_k, rng, scaled=False) for d_k in D_KS]
+for d_k, gs, gr in zip(D_KS, grad_scaled, grad_raw):
+    print(f"d_k = {d_k:3d}   |dL/ds| per row: scaled {gs:5.3f}   unscaled {gr:5.3f}")
+curves(D_KS, {"scaled by sqrt(d_k)": grad_scaled, "unscaled": grad_raw}, xlabel="d_k",
+       ylabel="mean |dL/ds| per row", logx=True, title="Gradient reaching the scores")
+plt.show()
+
+# %% [markdown]
+# With the scale, the gradient reaching the scores stays about the same at every width. Without
+# it, the gradient shrinks steadily as rows saturate, to about a fifth at d_k = 256: the projections
+# that produced those scores barely learn.
+#
+# ## 8. A sanity check you can do in an interview
+#
+# How large is the **largest** of T scores? For T independent normal scores with standard
+# deviation σ, the maximum is of the order σ √(2 ln T). Unscaled at d_k = 64 with T = 512 that is
+# √(2 · 64 · ln 512) ≈ 28; after scaling it is √(2 ln 512) ≈ 3.5. The bound is the leading term
+# of the extreme-value estimate, so measured maxima come out a little below it.
+
+# %% nbgrader={"grade_id": "extreme_value", "locked": true}
+T, d_k = 512, 64
+rng = np.random.default_rng(64)
+Q = rng.standard_normal((T, d_k))  # (T, d_k)
+K = rng.standard_normal((T, d_k))  # (T, d_k)
+row_max = as_array(attention_scores(Q, K, scaled=False)).max(axis=-1)  # (T,): largest score of each query
+bound = math.sqrt(2 * d_k * math.log(T))
+print(f"sqrt(2 d_k ln T) = {bound:.1f};   largest unscaled score of a query, averaged over queries: {row_max.mean():.1f}")
+print(f"sqrt(2 ln T)     = {bound / math.sqrt(d_k):.2f};   the same after scaling: {row_max.mean() / math.sqrt(d_k):.2f}")
+
+# %% [markdown]
+# A top score of about 24–28 against a typical score of 0 gives that key a weight e^25 times
+# larger than an average key: the row is one-hot. A top score of about 3–3.5 gives e^3.5 ≈ 33 times
+# an average key, spread over 512 keys: peaked, but far from saturated.
+#
+# ## Summary
+#
+# * q · k of unit-variance components has variance d_k; you measured √d_k from 1.4 to 16.
+# * Dividing by √d_k gives unit-variance scores: rows keep about 6 of 8 keys and about
+#   log T − 1/2 nats at every width, and the gradient reaching the scores does not shrink.
+# * No scale: rows collapse to one key and the softmax Jacobian, diag(a) − aaᵀ, goes to zero.
+# * Dividing by d_k: rows drift to uniform. The scale fixes the start of training only; keeping
+#   scores in range later is the job of warmup, QK-normalisation or weight decay.
