@@ -1,0 +1,898 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Lab 4 — The transformer block
+#
+# Attention for one head fits on a napkin. A transformer layer is more: several heads side by
+# side, positions added to the tokens, residual connections, LayerNorm and a feed-forward
+# network. This lab builds all of it in PyTorch, proves its properties with tests, derives the
+# backward pass by hand in NumPy, and counts what it costs.
+#
+# You will:
+# 1. split a (B, T, d_model) tensor into heads and merge it back, and see why the obvious
+#    `view` is silently wrong;
+# 2. write `MultiHeadAttention` and load the weights of `torch.nn.MultiheadAttention` into it
+#    so both give the same numbers, for self- and cross-attention, with and without masks;
+# 3. write the paper's sinusoidal positions;
+# 4. assemble a `TransformerBlock` and test it on the lesson's six tokens: shapes, normalised
+#    rows, permutations, the causal mask; then remove the residual and describe what changes;
+# 5. write attention's forward **and backward** pass in NumPy and check it against autograd;
+# 6. count FLOPs and memory, and find where the n × n part starts to dominate.
+#
+# **Conventions of this lab** (every cell relies on them):
+# - a batch of token rows is (B, T, d_model); heads are (B, H, T, d_head) with
+#   d_head = d_model / H; head h owns channels [h·d_head, (h+1)·d_head) of every token;
+# - **a mask is True where attention is allowed**, broadcastable to the scores
+#   (B, H, T_q, T_k). `torch.nn.MultiheadAttention` uses the opposite convention;
+# - a matmul (m, k) @ (k, n) costs 2·m·k·n FLOPs (one multiply and one add per term).
+#
+# **Grading.** Cells with points are graded. Visible tests run as you go; hidden tests run when
+# your notebook is graded, on fresh random inputs of other shapes. A failing test names the
+# likely misconception. The written answer in section 4 is graded by a TA.
+
+# %% [markdown]
+# ## Setup
+# Run this cell first.
+
+# %% nbgrader={"grade_id": "setup", "locked": true}
+import math
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+from torch import nn
+
+from mlbook_helpers.checks import expect, expect_close, expect_rows_sum_to_one, expect_shape
+from mlbook_helpers.examples import chapter_qkv
+from mlbook_helpers.plotting import attention_heatmap, curves, heatmap_grid
+from mlbook_helpers.transformer_block import head_owner_maps, output_statistics, toy_embeddings
+
+torch.set_printoptions(precision=4, sci_mode=False)
+np.set_printoptions(precision=4, suppress=True)
+torch.manual_seed(0)
+
+# %% [markdown]
+# ## 1. Splitting the width into heads
+#
+# One `nn.Linear(d_model, d_model)` computes the queries of all heads at once: its output
+# columns are already grouped by head, because W_Q is the side-by-side concatenation of the
+# per-head W_Q^(h). To run the heads as a batch of independent attentions, each token's
+# d_model channels are cut into H blocks of d_head and the head axis is moved next to the
+# batch axis:
+#
+# (B, T, d_model) → view → (B, T, H, d_head) → transpose(1, 2) → (B, H, T, d_head)
+#
+# `merge_heads` undoes it. Both shapes in the middle matter. The picture below (it needs none
+# of your code) shows where each entry of one (T, d_model) sequence should go, coloured by head,
+# next to what a single `view(B, H, T, d_head)` does: the shapes match, but head 0 receives the
+# first half of the *tokens* instead of the first d_head *channels* of every token.
+
+# %% nbgrader={"grade_id": "heads_picture", "locked": true}
+owners = head_owner_maps(T=6, d_model=8, n_heads=2)  # two (T, d_model) maps of head indices
+heatmap_grid({f"{name}: head of each entry": m for name, m in owners.items()},
+             query_labels=[f"token {t}" for t in range(6)], key_labels=[f"ch {c}" for c in range(8)],
+             vmin=0, vmax=1, fmt=".0f", colorbar=False)
+plt.show()
+
+# %% [markdown]
+# `.view` never moves data: it only reinterprets the strides, which works for the first step
+# because a Linear's output is contiguous. After `transpose(1, 2)` the strides are permuted,
+# and flattening the last two axes with `.view` has no valid stride interpretation. This cell
+# shows the error on an unrelated tensor:
+
+# %% nbgrader={"grade_id": "contiguous_demo", "locked": true}
+t = torch.arange(24).reshape(2, 3, 4).transpose(0, 1)  # (3, 2, 4), strides permuted
+print("is contiguous:", t.is_contiguous())
+try:
+    t.view(3, 8)
+except RuntimeError as err:
+    print("view failed:", str(err)[:80], "...")
+print("after .contiguous():", t.contiguous().view(3, 8).shape)
+
+# %% [markdown]
+# Write `split_heads` through the intermediate (B, T, H, d_head) shape, and `merge_heads` back
+# (transpose, then `.contiguous().view`).
+
+# %% nbgrader={"grade_id": "split_heads", "solution": true}
+def split_heads(x, n_heads):
+    """Cut each token's channels into heads and move the head axis next to the batch axis.
+
+    Args:
+        x: (B, T, d_model) tensor; d_model is divisible by n_heads.
+        n_heads: H.
+
+    Returns:
+        (B, H, T, d_head) with d_head = d_model // H; [b, h, t] holds
+        x[b, t, h * d_head:(h + 1) * d_head].
+    """
+    ### BEGIN SOLUTION
+    B, T, d_model = x.shape
+    x = x.view(B, T, n_heads, d_model // n_heads)  # (B, T, H, d_head): no data movement
+    return x.transpose(1, 2)  # (B, H, T, d_head)
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade_id": "merge_heads", "solution": true}
+def merge_heads(x):
+    """Concatenate the heads back into each token's row: the inverse of split_heads.
+
+    Args:
+        x: (B, H, T, d_head) tensor, usually not contiguous.
+
+    Returns:
+        (B, T, H * d_head); token t's row is [head 0's channels, head 1's, ...].
+    """
+    ### BEGIN SOLUTION
+    B, H, T, d_head = x.shape
+    x = x.transpose(1, 2)  # (B, T, H, d_head)
+    return x.contiguous().view(B, T, H * d_head)  # (B, T, d_model)
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_split_heads", "points": 1}
+# Channel c of token t holds the number 100 * t + c, so every entry says where it came from.
+labels = (100 * torch.arange(6)[:, None] + torch.arange(8)[None, :]).float()[None]  # (1, 6, 8)
+heads = split_heads(labels, 2)
+expect_shape(heads, (1, 2, 6, 4), "split_heads of a (1, 6, 8) tensor into 2 heads",
+             "Expected (B, H, T, d_head).")
+expect(bool(torch.equal(heads[0, 0, 5], labels[0, 5, :4])), "head 0, token 5",
+       f"holds {heads[0, 0, 5].tolist()} instead of token 5's channels 0-3",
+       "The direct view (B, H, T, d_head) gives head 0 whole tokens: view as (B, T, H, d_head), then transpose.")
+expect(bool(torch.equal(heads[0, 1, 0], labels[0, 0, 4:])), "head 1, token 0",
+       f"holds {heads[0, 1, 0].tolist()} instead of token 0's channels 4-7",
+       "Head h owns a contiguous block of d_head channels of every token.")
+
+# %% nbgrader={"grade": true, "grade_id": "test_merge_heads", "points": 1}
+per_head = labels.view(1, 6, 2, 4).permute(0, 2, 1, 3)  # (1, 2, 6, 4): the heads, as a non-contiguous tensor
+merged = merge_heads(per_head)
+expect_shape(merged, (1, 6, 8), "merge_heads of a (1, 2, 6, 4) tensor", "Expected (B, T, H * d_head).")
+expect(bool(torch.equal(merged, labels)), "merge_heads of the labelled heads",
+       f"token 1 came back as {merged[0, 1].tolist()}",
+       "Merge without the transpose mixes tokens across heads: transpose back to (B, T, H, d_head) first.")
+
+# %% nbgrader={"grade": true, "grade_id": "test_heads_hidden", "points": 2}
+# Hidden tests: fresh shapes, a non-contiguous input to merge_heads, and the round trip.
+### BEGIN HIDDEN TESTS
+from mlbook.labs.lab04_transformer_block import hidden
+hidden.check_heads(split_heads, merge_heads)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## 2. Multi-head attention
+#
+# $$\text{MHA}(X_q, X_{kv}) = \text{Concat}(\text{head}_1, \dots, \text{head}_H)\,W^O,\qquad
+# \text{head}_h = \text{softmax}\!\left(\frac{Q_h K_h^\top}{\sqrt{d_{head}}}\right) V_h$$
+#
+# with Q = X_q W^Q, K = X_kv W^K, V = X_kv W^V, split into heads. Each head's dot products have
+# d_head terms, so each head scales by √d_head. Self-attention passes the same tensor twice
+# (`mha(x, x)`); cross-attention passes queries from one sequence and keys/values from another,
+# so T_q ≠ T_k is allowed, and the output always has the **query's** length.
+#
+# Use four separate `nn.Linear(d_model, d_model, bias=bias)` named `W_q`, `W_k`, `W_v`, `W_o`.
+# Masked scores are filled before the softmax; `torch.finfo(scores.dtype).min` is safer than
+# `-inf` (a fully masked row gives a uniform row instead of `nan`).
+
+# %% nbgrader={"grade_id": "MultiHeadAttention", "solution": true}
+class MultiHeadAttention(nn.Module):
+    """Multi-head scaled dot-product attention: self-attention when x_kv is x_q, cross otherwise."""
+
+    def __init__(self, d_model, n_heads, bias=True):
+        """Args:
+            d_model: model width, divisible by n_heads.
+            n_heads: H; each head has width d_head = d_model // H.
+            bias: whether the four projections have biases.
+        """
+        super().__init__()
+        ### BEGIN SOLUTION
+        if d_model % n_heads:
+            raise ValueError("d_model must be divisible by n_heads")
+        self.n_heads, self.d_head = n_heads, d_model // n_heads
+        self.W_q = nn.Linear(d_model, d_model, bias=bias)  # all heads' W_Q side by side
+        self.W_k = nn.Linear(d_model, d_model, bias=bias)
+        self.W_v = nn.Linear(d_model, d_model, bias=bias)
+        self.W_o = nn.Linear(d_model, d_model, bias=bias)  # mixes the concatenated heads
+        ### END SOLUTION
+
+    def forward(self, x_q, x_kv, mask=None):
+        """Args:
+            x_q: (B, T_q, d_model) the sequence that asks.
+            x_kv: (B, T_k, d_model) the sequence that is read (x_q itself for self-attention).
+            mask: None, or bool broadcastable to (B, H, T_q, T_k), True where attention is allowed.
+
+        Returns:
+            out: (B, T_q, d_model), and attn: (B, H, T_q, T_k) the weights of every head.
+        """
+        ### BEGIN SOLUTION
+        q = split_heads(self.W_q(x_q), self.n_heads)  # (B, H, T_q, d_head)
+        k = split_heads(self.W_k(x_kv), self.n_heads)  # (B, H, T_k, d_head)
+        v = split_heads(self.W_v(x_kv), self.n_heads)  # (B, H, T_k, d_head)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_head)  # (B, H, T_q, T_k)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)  # (B, H, T_q, T_k)
+        attn = scores.softmax(dim=-1)  # (B, H, T_q, T_k), rows sum to 1 over keys
+        out = merge_heads(attn @ v)  # (B, H, T_q, d_head) -> (B, T_q, d_model)
+        return self.W_o(out), attn
+        ### END SOLUTION
+
+
+# %% [markdown]
+# `torch.nn.MultiheadAttention` keeps W^Q, W^K and W^V packed in one parameter,
+# `in_proj_weight` of shape (3·d_model, d_model): its rows are [W_q; W_k; W_v], each block in
+# `nn.Linear`'s (out, in) layout; `in_proj_bias` is packed the same way; the output projection is
+# `out_proj`. With `bias=False` the biases are `None`. Copy them into your module.
+
+# %% nbgrader={"grade_id": "load_from_torch", "solution": true}
+def load_from_torch(mha, torch_mha):
+    """Copy the weights of a torch.nn.MultiheadAttention into your MultiHeadAttention.
+
+    Args:
+        mha: your MultiHeadAttention(d_model, n_heads, bias).
+        torch_mha: torch.nn.MultiheadAttention(d_model, n_heads, bias=bias, batch_first=True).
+
+    Returns:
+        mha, with its parameters overwritten in place.
+    """
+    ### BEGIN SOLUTION
+    d = torch_mha.embed_dim
+    with torch.no_grad():
+        for i, lin in enumerate((mha.W_q, mha.W_k, mha.W_v)):
+            lin.weight.copy_(torch_mha.in_proj_weight[i * d:(i + 1) * d])  # (d, d) block i of (3d, d)
+            if lin.bias is not None:
+                lin.bias.copy_(torch_mha.in_proj_bias[i * d:(i + 1) * d])  # (d,)
+        mha.W_o.weight.copy_(torch_mha.out_proj.weight)  # (d, d)
+        if mha.W_o.bias is not None:
+            mha.W_o.bias.copy_(torch_mha.out_proj.bias)  # (d,)
+    return mha
+    ### END SOLUTION
+
+
+# %% [markdown]
+# The tests compare with PyTorch's own layer. Its masks say the opposite of ours: its
+# `key_padding_mask` and boolean `attn_mask` are True where attention is **blocked**, so our
+# mask is `~` theirs. `average_attn_weights=False` returns one map per head.
+
+# %% nbgrader={"grade": true, "grade_id": "test_mha_shapes", "points": 1}
+torch.manual_seed(1)
+mha = MultiHeadAttention(8, 2)
+x_dec, x_enc = torch.randn(3, 5, 8), torch.randn(3, 7, 8)  # (B, T_q, d), (B, T_k, d)
+with torch.no_grad():
+    out_self, attn_self = mha(x_dec, x_dec)
+    out_cross, attn_cross = mha(x_dec, x_enc)
+expect_shape(out_self, (3, 5, 8), "self-attention output", "Expected (B, T_q, d_model).")
+expect_shape(attn_self, (3, 2, 5, 5), "self-attention weights", "Expected (B, H, T_q, T_k): one map per head.")
+expect_shape(out_cross, (3, 5, 8), "cross-attention output (T_q = 5, T_k = 7)",
+             "The output has the query's length, whatever the keys' length.")
+expect_shape(attn_cross, (3, 2, 5, 7), "cross-attention weights", "Expected (B, H, T_q, T_k).")
+expect_rows_sum_to_one(attn_cross, "cross-attention weights", "Softmax over the keys, dim=-1.", atol=1e-5)
+
+# %% nbgrader={"grade": true, "grade_id": "test_mha_matches_torch", "points": 2}
+torch.manual_seed(2)
+torch_mha = nn.MultiheadAttention(8, 2, batch_first=True)
+mine = load_from_torch(MultiHeadAttention(8, 2), torch_mha)
+x = torch.randn(2, 6, 8)  # (B, T, d_model)
+causal = torch.tril(torch.ones(6, 6, dtype=torch.bool))  # (T, T), True = allowed
+with torch.no_grad():
+    ref, ref_w = torch_mha(x, x, x, need_weights=True, average_attn_weights=False)
+    got, got_w = mine(x, x)
+    ref_c, _ = torch_mha(x, x, x, attn_mask=~causal, need_weights=True)  # torch: True = blocked
+    got_c, got_cw = mine(x, x, causal[None, None])
+expect_close(got_w, ref_w, "your weights vs torch's (no mask)", atol=1e-5,
+             hint="Is each head scaled by sqrt(d_head) (not sqrt(d_model)), the packed in_proj_weight "
+                  "copied as [W_q; W_k; W_v] without transposing, and do the section 1 tests pass?")
+expect_close(got, ref, "your output vs torch.nn.MultiheadAttention (no mask)", atol=1e-5,
+             hint="The weights agree, so look after them: merge the heads, then apply W_o and its bias.")
+expect(float(got_cw[..., ~causal].abs().max()) < 1e-6, "weights with the causal mask",
+       "future keys receive weight", "The mask is True where attention is ALLOWED: fill the scores where it is False.")
+expect_close(got_c, ref_c, "your output vs torch with a causal mask", atol=1e-5,
+             hint="Fill disallowed scores before the softmax.")
+
+# %% nbgrader={"grade": true, "grade_id": "test_mha_params", "points": 1}
+# Heads split the width; they do not multiply the weights: 4 d_model^2 without biases, for any H.
+counts = {H: sum(p.numel() for p in MultiHeadAttention(512, H, bias=False).parameters()) for H in (1, 2, 4, 8)}
+print("parameters by number of heads:", counts)
+for H, n in counts.items():
+    expect(n == 4 * 512**2, f"parameters of MultiHeadAttention(512, {H}, bias=False)",
+           f"{n:,} instead of 4 * 512^2 = {4 * 512**2:,}",
+           "Q, K, V and O are each (d_model, d_model), whatever the number of heads.")
+
+# %% nbgrader={"grade": true, "grade_id": "test_mha_hidden", "points": 4}
+# Hidden tests against torch.nn.MultiheadAttention on fresh shapes and weights (float32; outputs
+# within atol 1e-5 + rtol 1e-4, weights within atol 1e-5): no mask, causal, key padding,
+# cross-attention with T_q != T_k (with and without padding), bias=False.
+### BEGIN HIDDEN TESTS
+from mlbook.labs.lab04_transformer_block import hidden
+hidden.check_mha(MultiHeadAttention, load_from_torch, split_heads, merge_heads)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## 3. Positions
+#
+# Self-attention never reads i or j as numbers: permute the tokens and the outputs are only
+# permuted (you will test this in section 4). Order must enter through the token vectors. The
+# paper adds fixed sinusoids of geometrically spaced frequencies:
+#
+# $$PE_{(pos,\,2i)} = \sin\!\left(\frac{pos}{10000^{2i/d_{model}}}\right),\qquad
+# PE_{(pos,\,2i+1)} = \cos\!\left(\frac{pos}{10000^{2i/d_{model}}}\right)$$
+#
+# Pair i shares one angle: sin on the even dimension 2i, cos on the odd dimension 2i + 1. Low i
+# varies fast with the position, high i slowly.
+
+# %% nbgrader={"grade_id": "sinusoidal_positions", "solution": true}
+def sinusoidal_positions(T, d_model):
+    """The paper's sinusoidal position codes.
+
+    Args:
+        T: number of positions 0..T-1.
+        d_model: even width.
+
+    Returns:
+        (T, d_model) float64 NumPy array: sin on even dimensions, cos on odd ones.
+    """
+    ### BEGIN SOLUTION
+    pos = np.arange(T)[:, None]  # (T, 1)
+    pair = np.arange(d_model // 2)[None, :]  # (1, d_model / 2)
+    angle = pos / 10000 ** (2 * pair / d_model)  # (T, d_model / 2)
+    pe = np.zeros((T, d_model))  # (T, d_model)
+    pe[:, 0::2] = np.sin(angle)
+    pe[:, 1::2] = np.cos(angle)
+    return pe
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_sinusoidal", "points": 1}
+pe = np.asarray(sinusoidal_positions(64, 16), dtype=float)
+expect_shape(pe, (64, 16), "sinusoidal_positions(64, 16)", "One row per position, d_model columns.")
+expect(abs(pe[0, 0]) < 1e-12 and abs(pe[0, 1] - 1) < 1e-12, "position 0",
+       f"starts with {pe[0, :2].round(4).tolist()} instead of [sin 0, cos 0] = [0, 1]",
+       "sin and cos swapped? Even dimensions (2i) carry sin, odd ones (2i + 1) cos.")
+expect_close(pe[1, :4], [math.sin(1), math.cos(1), math.sin(10000 ** -0.125), math.cos(10000 ** -0.125)],
+             "position 1, dimensions 0-3", atol=1e-9,
+             hint="Dimensions 2i and 2i + 1 share the angle pos / 10000^(2i / d_model), with i the pair index.")
+# The similarity of two positions depends only on their offset k, not on where you start.
+for k in (1, 5, 12):
+    sims = [pe[p] @ pe[p + k] for p in (0, 25, 40)]
+    expect(max(sims) - min(sims) < 1e-12, f"PE(p) . PE(p + {k}) for p = 0, 25, 40",
+           f"is {np.round(sims, 6).tolist()}", "Each pair (sin a, cos a) must use the same angle a.")
+
+# %% nbgrader={"grade": true, "grade_id": "test_sinusoidal_hidden", "points": 2}
+# Hidden tests: fresh lengths and widths, to 1e-9.
+### BEGIN HIDDEN TESTS
+from mlbook.labs.lab04_transformer_block import hidden
+hidden.check_sinusoidal(sinusoidal_positions)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# The cosine similarity of every pair of positions: a band along the diagonal that looks the
+# same wherever you start on it.
+
+# %% nbgrader={"grade_id": "positions_picture", "locked": true}
+unit = pe / np.linalg.norm(pe, axis=-1, keepdims=True)  # (64, 16) unit rows
+attention_heatmap(unit @ unit.T, vmin=None, vmax=None, annotate=False, cmap="magma",
+                  title="cos(PE(p), PE(q)), d_model = 16").set(xlabel="position q", ylabel="position p")
+plt.show()
+
+# %% [markdown]
+# ## 4. One transformer block
+#
+# The paper's block (post-LN):
+#
+# h = LayerNorm₁(x + MHA(x, x)),   y = LayerNorm₂(h + FFN(h)),   FFN(h) = W₂ GELU(W₁ h)
+#
+# Many current models normalise **before** each sublayer instead (pre-LN):
+# h = x + MHA(LN₁(x)), y = h + FFN(LN₂(h)). The `pre_ln` flag selects it. The `residual` flag
+# removes the two "x +" and "h +" terms, for the experiment at the end of this section.
+#
+# The constructor is given; write `forward`. Pass the mask on to the attention sublayer and
+# return its weights next to the output.
+
+# %% nbgrader={"grade_id": "TransformerBlock", "solution": true}
+class TransformerBlock(nn.Module):
+    """Multi-head self-attention and a GELU feed-forward network, each with a residual and LayerNorm."""
+
+    def __init__(self, d_model, n_heads, d_ff, pre_ln=False, residual=True):
+        super().__init__()
+        self.attn = MultiHeadAttention(d_model, n_heads)
+        self.ln1 = nn.LayerNorm(d_model)  # belongs to the attention sublayer
+        self.ff = nn.Sequential(nn.Linear(d_model, d_ff), nn.GELU(), nn.Linear(d_ff, d_model))
+        self.ln2 = nn.LayerNorm(d_model)  # belongs to the feed-forward sublayer
+        self.pre_ln, self.residual = pre_ln, residual
+
+    def forward(self, x, mask=None):
+        """Args:
+            x: (B, T, d_model).
+            mask: None, or bool broadcastable to (B, H, T, T), True where attention is allowed.
+
+        Returns:
+            y: (B, T, d_model), and attn: (B, H, T, T) the attention sublayer's weights.
+        """
+        ### BEGIN SOLUTION
+        r = 1.0 if self.residual else 0.0  # multiplies the skip paths
+        if self.pre_ln:
+            z = self.ln1(x)  # (B, T, d)
+            a, attn = self.attn(z, z, mask)  # (B, T, d), (B, H, T, T)
+            h = r * x + a  # (B, T, d)
+            return r * h + self.ff(self.ln2(h)), attn
+        a, attn = self.attn(x, x, mask)  # (B, T, d), (B, H, T, T)
+        h = self.ln1(r * x + a)  # (B, T, d): add, then normalise
+        return self.ln2(r * h + self.ff(h)), attn  # (B, T, d)
+        ### END SOLUTION
+
+
+# %% [markdown]
+# ### The lesson's block on six tokens
+#
+# Two heads, d_model = 8, d_ff = 32, seeded random weights (nothing is trained). The graded
+# cells below check, in order: the output shape and the normalised rows; that permuting the
+# tokens only permutes the outputs without positions, and no longer does with positions; that
+# with a causal mask, changing the last token leaves every earlier output unchanged.
+
+# %% nbgrader={"grade_id": "lesson_block", "locked": true}
+def run(block, x, mask=None):
+    """The block's output without gradients: (B, T, d_model)."""
+    with torch.no_grad():
+        return block(x, mask)[0]
+
+
+torch.manual_seed(39)
+X6 = torch.randn(1, 6, 8)  # (B, T, d_model): six tokens
+perm = torch.tensor([3, 0, 5, 1, 4, 2])  # a shuffle of the six positions
+causal6 = torch.tril(torch.ones(6, 6, dtype=torch.bool))[None, None]  # (1, 1, T, T), True = allowed
+block6 = TransformerBlock(d_model=8, n_heads=2, d_ff=32).eval()
+
+# %% nbgrader={"grade": true, "grade_id": "test_block_shape_norm", "points": 1}
+Y6, A6 = block6(X6)
+expect_shape(Y6, (1, 6, 8), "block output", "A block maps (B, T, d_model) to the same shape.")
+expect_shape(A6, (1, 2, 6, 6), "block attention weights", "Return the attention sublayer's (B, H, T, T) weights.")
+row_means = Y6.detach().mean(-1)  # (1, 6)
+expect(float(row_means.abs().max()) < 1e-5, "row means of the post-LN output",
+       f"are {row_means.numpy().round(4).tolist()}, not 0",
+       "In a post-LN block the LayerNorm comes after the residual add: y = LN2(h + FFN(h)).")
+row_stds = Y6.detach().std(-1, unbiased=False)  # (1, 6)
+expect(float((row_stds - 1).abs().max()) < 1e-3, "row standard deviations of the post-LN output",
+       f"are {row_stds.numpy().round(4).tolist()}, not 1", "The last operation of a post-LN block is LayerNorm2.")
+
+# %% nbgrader={"grade": true, "grade_id": "test_block_permutation", "points": 2}
+P6 = torch.as_tensor(np.asarray(sinusoidal_positions(6, 8)), dtype=torch.float32)  # (T, d_model)
+gap_plain = float((run(block6, X6[:, perm]) - run(block6, X6)[:, perm]).abs().max())
+gap_pos = float((run(block6, X6[:, perm] + P6) - run(block6, X6 + P6)[:, perm]).abs().max())
+print(f"without positions: max |block(X[perm]) - block(X)[perm]| = {gap_plain:.2e}")
+print(f"with positions:    max |block(X[perm] + P) - block(X + P)[perm]| = {gap_pos:.2e}")
+expect(gap_plain < 1e-5, "permuting the tokens without positions", f"changes outputs by {gap_plain:.3g}",
+       "Without positions every part of the block treats tokens alike: is anything position-dependent "
+       "(a head split that mixes tokens, see section 1)?")
+expect(gap_pos > 1e-2, "permuting the tokens after adding positions", f"changes outputs by only {gap_pos:.3g}",
+       "With positions the shuffled sequence is a different input: does sinusoidal_positions return varying codes?")
+
+# %% nbgrader={"grade": true, "grade_id": "test_block_causal", "points": 1}
+X6_changed = X6.clone()
+X6_changed[0, -1] += 5.0  # change only the last token
+gap_causal = float((run(block6, X6_changed, causal6)[:, :-1] - run(block6, X6, causal6)[:, :-1]).abs().max())
+gap_open = float((run(block6, X6_changed)[:, :-1] - run(block6, X6)[:, :-1]).abs().max())
+print(f"earlier outputs move by {gap_causal:.2e} with the causal mask, {gap_open:.2e} without")
+expect(gap_causal < 1e-6, "earlier outputs under the causal mask", f"move by {gap_causal:.3g}",
+       "The mask must reach the attention sublayer (True = allowed), and nothing else may mix tokens "
+       "(do the section 1 and 2 tests pass?).")
+expect(gap_open > 1e-3, "earlier outputs without a mask", f"move by only {gap_open:.3g}",
+       "Without a mask every token reads the last one, so its change must show up.")
+
+# %% nbgrader={"grade": true, "grade_id": "test_block_hidden", "points": 3}
+# Hidden tests: post-LN and pre-LN, with and without residual, with a causal mask, on fresh
+# shapes; the block's attention is swapped for the grader's, so only your wiring is tested.
+### BEGIN HIDDEN TESTS
+from mlbook.labs.lab04_transformer_block import hidden
+hidden.check_block(TransformerBlock)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ### Every head on a short sentence
+#
+# Untrained word vectors plus positions, through a fresh block: rows are queries, columns keys.
+# Nothing was learned, so which word reads which is arbitrary; the point is that each head draws
+# its own map, and a causal mask would zero the upper triangle of every one.
+
+# %% nbgrader={"grade_id": "heads_heatmaps", "locked": true}
+words = ["the", "bag", "arrived", "late", "so", "refund", "it"]
+torch.manual_seed(7)
+sentence_block = TransformerBlock(d_model=16, n_heads=4, d_ff=64).eval()
+x_words = toy_embeddings(words, 16) + torch.as_tensor(np.asarray(sinusoidal_positions(len(words), 16)),
+                                                      dtype=torch.float32)  # (1, T, 16)
+with torch.no_grad():
+    _, word_attn = sentence_block(x_words)  # (1, H, T, T)
+heatmap_grid({f"head {h}": word_attn[0, h] for h in range(word_attn.shape[1])}, words, annotate=False, ncols=2)
+plt.show()
+
+# %% [markdown]
+# ### Remove the residual
+#
+# The cell below runs the same block (same weights, same input: a 12-token sentence, d_model =
+# 64, 4 heads) with and without the residual connections, first once, then stacked six times,
+# and prints summaries of the output: the mean and standard deviation of each token's row, the
+# cosine between a token's output and its own input, and the mean cosine between different
+# tokens' outputs.
+
+# %% nbgrader={"grade_id": "residual_experiment", "locked": true}
+long_words = "my bag arrived two days late and the airline still has not sent a refund".split()[:12]
+x_long = toy_embeddings(long_words, 64) + torch.as_tensor(np.asarray(sinusoidal_positions(12, 64)),
+                                                          dtype=torch.float32)  # (1, 12, 64)
+print(f"the input itself:          cos_between_tokens {output_statistics(x_long, x_long)['cos_between_tokens']:+.3f}")
+for n_blocks in (1, 6):
+    for residual in (True, False):
+        torch.manual_seed(11)  # the same weights for both settings
+        stack = [TransformerBlock(64, 4, 256, residual=residual).eval() for _ in range(n_blocks)]
+        y = x_long
+        for blk in stack:
+            y = run(blk, y)
+        s = output_statistics(x_long, y)
+        print(f"{n_blocks} block(s), residual={residual!s:5}: " + ", ".join(f"{k} {v:+.3f}" for k, v in s.items()))
+
+# %% [markdown] nbgrader={"grade": true, "grade_id": "residual_answer", "points": 3, "solution": true}
+# **Written answer (3 points).** What changes in the output statistics when the residual is
+# removed, and what stays the same? Explain both with how the block computes its output (why can
+# LayerNorm not hide the difference?), and say what this means for a stack of many blocks.
+#
+# ### BEGIN SOLUTION
+# The row mean and standard deviation do not change (0 and 1 in every setting): in a post-LN
+# block the last operation is LayerNorm, which fixes every token's mean and scale whatever came
+# in. What changes is what the rows contain. With the residual, a token's output stays close to
+# its own input (cosine 0.88 after one block, still 0.70 after six) and the tokens stay distinct
+# (cosine between tokens 0.20 and 0.38, near the input's own 0.27). Without it, the output keeps
+# almost nothing of the token's own input (cosine 0.05, then -0.12) and all tokens come out nearly
+# the same (cosine between tokens 0.99 after one block, 1.00 after six). The reason: attention
+# outputs a convex combination of the value vectors, an average over tokens, so without the skip
+# path the block replaces each token by a mixture shared with every other token; the FFN acts per
+# token and cannot bring back what was averaged away. With the residual, x passes through
+# unchanged and attention only adds an update to it. In a stack the averaging compounds (rank
+# collapse: every token converges to the same vector), and without the identity path the gradient
+# must also pass through every sublayer, which is why residuals make deep transformers trainable.
+# LayerNorm cannot hide any of this: it fixes each row's mean and scale, not its direction.
+#
+# **Rubric (TA only):** 1 point: row mean/std unchanged because LayerNorm comes last, with the
+# printed numbers. 1 point: cosine to input drops and cosine between tokens rises, with the
+# numbers, explained by attention averaging (convex mixing) without the skip path. 1 point: the
+# consequence for a stack (collapse compounds / the identity path keeps information and gradients).
+# ### END SOLUTION
+
+# %% [markdown]
+# ## 5. Forward and backward by hand (NumPy)
+#
+# One head, one sequence, float64. The forward pass with an optional additive **score bias**
+# B (T_q, T_k), as used by relative-position schemes such as ALiBi, added after the scale:
+#
+# S = Q Kᵀ / √d_k + B,  masked scores filled,  A = softmax_rows(S),  Y = A V
+#
+# The backward pass goes through the same steps in reverse, given dY = ∂loss/∂Y:
+#
+# - Y = A V is a matmul: dV = Aᵀ dY (T_k, d_v) and dA = dY Vᵀ (T_q, T_k).
+# - Each row of A is a softmax of the same row of S, and rows do not interact. For one row
+#   a = softmax(s), ∂aᵢ/∂sⱼ = aᵢ(δᵢⱼ − aⱼ). Derive ds from da for one row, then write it for all
+#   rows at once, without building a T × T Jacobian per row.
+# - S = Q Kᵀ / √d_k + B is a matmul again: derive dQ and dK from dS.
+#
+# Check each shape as you write it: the transpose in dK is the one people drop. Masked entries
+# need no special case: A = 0 there, so dS = 0 too. `attention_forward` returns a `cache`
+# (a dict of whatever your backward needs).
+
+# %% nbgrader={"grade_id": "attention_forward", "solution": true}
+def attention_forward(Q, K, V, mask=None, bias=None):
+    """Single-head attention forward in NumPy.
+
+    Args:
+        Q: (T_q, d_k), K: (T_k, d_k), V: (T_k, d_v).
+        mask: None or (T_q, T_k) bool, True where attention is allowed (every row keeps one key).
+        bias: None or (T_q, T_k) additive score bias, added after the 1/sqrt(d_k) scale.
+
+    Returns:
+        Y: (T_q, d_v), and cache: a dict for attention_backward and score_bias_grad.
+    """
+    ### BEGIN SOLUTION
+    d_k = Q.shape[-1]
+    S = Q @ K.T / np.sqrt(d_k)  # (T_q, T_k)
+    if bias is not None:
+        S = S + bias  # (T_q, T_k)
+    if mask is not None:
+        S = np.where(mask, S, -np.inf)  # (T_q, T_k)
+    S = S - S.max(axis=-1, keepdims=True)  # (T_q, T_k) stable softmax
+    E = np.exp(S)  # (T_q, T_k)
+    A = E / E.sum(axis=-1, keepdims=True)  # (T_q, T_k), rows sum to 1
+    return A @ V, {"Q": Q, "K": K, "V": V, "A": A}
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade_id": "attention_backward", "solution": true}
+def attention_backward(dY, cache):
+    """Gradients of a loss with respect to Q, K and V, given dY = dLoss/dY.
+
+    Args:
+        dY: (T_q, d_v).
+        cache: what attention_forward returned.
+
+    Returns:
+        dQ: (T_q, d_k), dK: (T_k, d_k), dV: (T_k, d_v).
+    """
+    ### BEGIN SOLUTION
+    Q, K, V, A = cache["Q"], cache["K"], cache["V"], cache["A"]
+    scale = np.sqrt(Q.shape[-1])
+    dV = A.T @ dY  # (T_k, T_q) @ (T_q, d_v) -> (T_k, d_v)
+    dA = dY @ V.T  # (T_q, T_k)
+    dS = A * (dA - (dA * A).sum(axis=-1, keepdims=True))  # (T_q, T_k), softmax backward per row
+    dQ = dS @ K / scale  # (T_q, d_k)
+    dK = dS.T @ Q / scale  # (T_k, T_q) @ (T_q, d_k) -> (T_k, d_k)
+    return dQ, dK, dV
+    ### END SOLUTION
+
+
+# %% [markdown]
+# **The gradient of a score bias** (chapter exercise 5). Because S = Q Kᵀ / √d_k + B, the
+# derivative of S with respect to B is the identity, so dB is the gradient with respect to the
+# scores, dS, with no scale factor. A learned bias table shared across positions collects the sum
+# of dS over every (query, key) pair that maps to the same entry.
+
+# %% nbgrader={"grade_id": "score_bias_grad", "solution": true}
+def score_bias_grad(dY, cache):
+    """Gradient of the loss with respect to an additive score bias B.
+
+    Args:
+        dY: (T_q, d_v).
+        cache: what attention_forward returned.
+
+    Returns:
+        dB: (T_q, T_k).
+    """
+    ### BEGIN SOLUTION
+    A, V = cache["A"], cache["V"]
+    dA = dY @ V.T  # (T_q, T_k)
+    return A * (dA - (dA * A).sum(axis=-1, keepdims=True))  # (T_q, T_k) = dS
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_attention_forward", "points": 1}
+Qc, Kc, Vc = chapter_qkv()  # the chapter's T = 3, d_k = 2 example
+Yc, _ = attention_forward(Qc, Kc, Vc)
+expect_shape(Yc, (3, 2), "attention_forward on the chapter's example", "Y is (T_q, d_v).")
+expect_close(Yc[0], [6.017, 3.983], "the chapter's first output row", atol=2e-3,
+             hint="softmax((0.707, 0, 0.707)) = (0.401, 0.198, 0.401) mixes V's rows into (6.017, 3.983) "
+                  "(the chapter misprints the weights and prints (6.07, 3.93)).")
+Ym, _ = attention_forward(Qc, Kc, Vc, mask=np.tril(np.ones((3, 3), dtype=bool)))
+expect_close(Ym[0], Vc[0], "the first row under a causal mask", atol=1e-12,
+             hint="Token 0 may only read itself: fill masked scores before the softmax.")
+
+# %% nbgrader={"grade": true, "grade_id": "test_attention_forward_hidden", "points": 1}
+# Hidden tests: T_q != T_k, d_v != d_k, random masks and a score bias, to 1e-12.
+### BEGIN HIDDEN TESTS
+from mlbook.labs.lab04_transformer_block import hidden
+hidden.check_attention_forward(attention_forward)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# The test builds the same computation in PyTorch with `requires_grad=True`, back-propagates
+# the same dY and compares in float64.
+
+# %% nbgrader={"grade_id": "autograd_reference", "locked": true}
+def autograd_grads(Q, K, V, dY, mask=None, bias=None):
+    """dQ, dK, dV and dB from torch autograd, float64, for the tests below."""
+    t = [torch.tensor(a, dtype=torch.float64, requires_grad=True)
+         for a in (Q, K, V, np.zeros((len(Q), len(K))) if bias is None else bias)]
+    S = t[0] @ t[1].T / math.sqrt(Q.shape[-1]) + t[3]  # (T_q, T_k)
+    if mask is not None:
+        S = S.masked_fill(~torch.as_tensor(mask), float("-inf"))
+    (S.softmax(-1) @ t[2] * torch.as_tensor(dY)).sum().backward()
+    return [x.grad.numpy() for x in t]
+
+
+rng = np.random.default_rng(5)
+Q5, K5, V5, dY5 = rng.normal(size=(5, 4)), rng.normal(size=(5, 4)), rng.normal(size=(5, 3)), rng.normal(size=(5, 3))
+Q4, dY4, B45 = rng.normal(size=(4, 4)), rng.normal(size=(4, 3)), rng.normal(size=(4, 5))  # T_q = 4, T_k = 5
+
+# %% nbgrader={"grade": true, "grade_id": "test_attention_backward", "points": 2}
+dQ_ref, dK_ref, dV_ref, _ = autograd_grads(Q5, K5, V5, dY5)
+dQ, dK, dV = attention_backward(dY5, attention_forward(Q5, K5, V5)[1])
+expect_close(dV, dV_ref, "dV vs autograd (T = 5)", atol=1e-10, hint="dV = A^T dY: transpose A.")
+expect_close(dQ, dQ_ref, "dQ vs autograd (T = 5)", atol=1e-10,
+             hint="dS = A * (dA - rowsum(dA * A)): the row-wise sum runs over the keys (axis=-1, keepdims); "
+                  "then dQ = dS K / sqrt(d_k).")
+expect_close(dK, dK_ref, "dK vs autograd (T = 5)", atol=1e-10,
+             hint="dK = dS^T Q / sqrt(d_k): did you transpose dS?")
+dQ_ref, dK_ref, dV_ref, _ = autograd_grads(Q4, K5, V5, dY4, mask=np.tril(np.ones((4, 5), dtype=bool)))
+dQ, dK, dV = attention_backward(dY4, attention_forward(Q4, K5, V5, mask=np.tril(np.ones((4, 5), dtype=bool)))[1])
+for name, g, r in (("dQ", dQ, dQ_ref), ("dK", dK, dK_ref), ("dV", dV, dV_ref)):
+    expect_close(g, r, f"{name} vs autograd (T_q = 4, T_k = 5, masked)", atol=1e-10,
+                 hint="With T_q != T_k every transpose shows: dK = dS^T Q / sqrt(d_k) is (T_k, d_k).")
+
+# %% nbgrader={"grade": true, "grade_id": "test_attention_backward_hidden", "points": 3}
+# Hidden tests: fresh shapes, masks and biases, against autograd in float64 to 1e-10.
+### BEGIN HIDDEN TESTS
+from mlbook.labs.lab04_transformer_block import hidden
+hidden.check_attention_backward(attention_forward, attention_backward)
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade": true, "grade_id": "test_score_bias_grad", "points": 1}
+dB_ref = autograd_grads(Q4, K5, V5, dY4, bias=B45)[3]
+dB = score_bias_grad(dY4, attention_forward(Q4, K5, V5, bias=B45)[1])
+expect_close(dB, dB_ref, "dB vs autograd (T_q = 4, T_k = 5, with a bias)", atol=1e-10,
+             hint="dB = dS = A * (dA - rowsum(dA * A)), with no 1/sqrt(d_k): the bias is added after the scale.")
+
+# %% nbgrader={"grade": true, "grade_id": "test_score_bias_grad_hidden", "points": 1}
+# Hidden tests: fresh shapes, masks and biases, against autograd in float64 to 1e-10.
+### BEGIN HIDDEN TESTS
+from mlbook.labs.lab04_transformer_block import hidden
+hidden.check_score_bias_grad(attention_forward, score_bias_grad)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## 6. What a layer costs
+#
+# Forward FLOPs of one attention layer, batch B, length T, width d (all heads together):
+#
+# | operation | shape | FLOPs |
+# |---|---|---|
+# | Q, K, V, O projections | four (B·T, d) @ (d, d) | 4 × 2·B·T·d² |
+# | Q Kᵀ | H × (T, d_head) @ (d_head, T) | 2·B·T²·d |
+# | A V | H × (T, T) @ (T, d_head) | 2·B·T²·d |
+#
+# The number of heads cancels out of the n × n part: H heads of width d/H. A full layer adds a
+# feed-forward network with d_ff = 4d, two more matmuls. Softmax, LayerNorm and memory traffic are
+# ignored.
+
+# %% nbgrader={"grade_id": "attention_flops", "solution": true}
+def attention_flops(B, T, d_model):
+    """Forward FLOPs of one multi-head attention layer.
+
+    Returns:
+        dict with "projections" (Q, K, V and O), "qk_t", "av" and "total", as integers.
+    """
+    ### BEGIN SOLUTION
+    projections = 4 * 2 * B * T * d_model * d_model
+    qk_t = 2 * B * T * T * d_model
+    av = 2 * B * T * T * d_model
+    return {"projections": projections, "qk_t": qk_t, "av": av, "total": projections + qk_t + av}
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_attention_flops", "points": 2}
+gpt2 = attention_flops(1, 1024, 768)  # GPT-2 small, one sequence of 1,024 tokens
+print({k: f"{v / 1e9:.2f} GFLOP" for k, v in gpt2.items()})
+expect_close(gpt2["projections"] / 1e9, 4.8, "GPT-2 small projections in GFLOP", atol=0.05,
+             hint="Four (T, d) @ (d, d) matmuls at 2 m k n FLOPs each.")
+expect_close((gpt2["qk_t"] + gpt2["av"]) / 1e9, 3.2, "GPT-2 small QK^T + AV in GFLOP", atol=0.05,
+             hint="Each is 2 B T^2 d over all heads: count 2 FLOPs per multiply-add.")
+expect(gpt2["total"] == gpt2["projections"] + gpt2["qk_t"] + gpt2["av"], "total", "is not the sum of the parts")
+at_2d = attention_flops(3, 2 * 512, 512)
+expect(at_2d["qk_t"] + at_2d["av"] == at_2d["projections"], "attention alone at T = 2 d_model",
+       "the n x n part does not equal the projections", "The two terms cross at T = 2 d_model.")
+
+# %% nbgrader={"grade": true, "grade_id": "test_attention_flops_hidden", "points": 1}
+# Hidden tests: fresh (B, T, d_model), exact integers.
+### BEGIN HIDDEN TESTS
+from mlbook.labs.lab04_transformer_block import hidden
+hidden.check_attention_flops(attention_flops)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# **A full layer.** With the FFN (two (T, d) @ (d, 4d)-sized matmuls) the per-token part of a
+# layer is 24·B·T·d² FLOPs; the n × n part is still 4·B·T²·d. `attention_share` is the fraction
+# of the layer's FLOPs spent on the n × n part (a fraction between 0 and 1).
+
+# %% nbgrader={"grade_id": "attention_share", "solution": true}
+def attention_share(T, d_model):
+    """Share of one layer's forward FLOPs (attention with a 4x FFN) spent on QK^T and AV.
+
+    Returns:
+        a float in [0, 1].
+    """
+    ### BEGIN SOLUTION
+    per_token = 8 * T * d_model**2 + 16 * T * d_model**2  # attention projections + FFN
+    n_by_n = 4 * T**2 * d_model  # QK^T + AV
+    return n_by_n / (per_token + n_by_n)
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_attention_share", "points": 1}
+for d_model, published in ((768, 0.47), (1024, 0.40), (4096, 0.14)):
+    share = attention_share(4096, d_model)
+    print(f"d_model = {d_model:5d}: {share:.1%} of a layer's FLOPs on the n x n part at 4,096 tokens")
+    expect_close(share, published, f"attention_share(4096, {d_model})", atol=0.005,
+                 hint="Share of the whole layer, the 4x FFN included: 4 T^2 d / (8 T d^2 + 16 T d^2 + 4 T^2 d), "
+                      "as a fraction.")
+expect_close(attention_share(6 * 1024, 1024), 0.5, "attention_share at T = 6 d_model", atol=1e-9,
+             hint="With the FFN the n x n part catches up at T = 6 d_model.")
+
+# %% nbgrader={"grade": true, "grade_id": "test_attention_share_hidden", "points": 1}
+# Hidden tests: fresh T and d_model.
+### BEGIN HIDDEN TESTS
+from mlbook.labs.lab04_transformer_block import hidden
+hidden.check_attention_share(attention_share)
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade_id": "share_curves", "locked": true}
+lengths = [2**k for k in range(8, 17)]
+curves(lengths, {f"d_model = {d}": [attention_share(T, d) for T in lengths] for d in (768, 1024, 4096)},
+       xlabel="tokens T", ylabel="share of layer FLOPs in the n x n part", logx=True,
+       title="Where the n x n part takes over")
+plt.show()
+
+# %% [markdown]
+# **Where the terms cross.** Solve "n × n part = per-token part" for T, for attention alone and
+# for the full layer with its 4× FFN, and return the crossover length.
+
+# %% nbgrader={"grade_id": "crossover_length", "solution": true}
+def crossover_length(d_model, full_layer=False):
+    """The length T at which the n x n FLOPs equal the per-token FLOPs.
+
+    Args:
+        d_model: width.
+        full_layer: False for the attention layer alone, True with its 4x feed-forward network.
+
+    Returns:
+        T as a number.
+    """
+    ### BEGIN SOLUTION
+    per_token_coefficient = 24 if full_layer else 8  # per-token FLOPs / (B T d^2)
+    return per_token_coefficient * d_model / 4  # 4 B T^2 d = c B T d^2  ->  T = c d / 4
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_crossover", "points": 1}
+print("d_model = 1024: attention alone crosses at", crossover_length(1024),
+      "tokens, a full layer at", crossover_length(1024, full_layer=True))
+expect_close(crossover_length(1024), 2048, "crossover_length(1024)", atol=1e-9,
+             hint="Attention alone: 4 B T^2 d = 8 B T d^2.")
+expect_close(crossover_length(1024, full_layer=True), 6144, "crossover_length(1024, full_layer=True)", atol=1e-9,
+             hint="The lesson's figure: the parts meet at n = 6 d = 6,144 tokens.")
+
+# %% nbgrader={"grade": true, "grade_id": "test_crossover_hidden", "points": 1}
+# Hidden tests: fresh widths.
+### BEGIN HIDDEN TESTS
+from mlbook.labs.lab04_transformer_block import hidden
+hidden.check_crossover_length(crossover_length)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# **Memory.** A naive implementation stores the weights of every head: B·H·T² entries per
+# layer, independent of d_head, before the copy kept for the backward pass. FlashAttention
+# computes exact attention in tiles and never stores this matrix.
+
+# %% nbgrader={"grade_id": "attention_matrix_bytes", "solution": true}
+def attention_matrix_bytes(B, H, T, bytes_per_entry=2):
+    """Bytes of the attention weights of one layer (bf16 by default).
+
+    Returns:
+        a number of bytes.
+    """
+    ### BEGIN SOLUTION
+    return B * H * T * T * bytes_per_entry
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_attention_memory", "points": 1}
+for (B, H, T), published in (((1, 12, 1024), 25e6), ((8, 32, 4096), 8.6e9), ((8, 32, 32768), 550e9)):
+    n_bytes = attention_matrix_bytes(B, H, T)
+    print(f"B = {B}, H = {H:2d}, T = {T:6,d}: {n_bytes / 1e9:10.3f} GB")
+    expect_close(n_bytes / published, 1.0, f"attention_matrix_bytes({B}, {H}, {T}) / {published:.3g}", atol=0.02,
+                 hint="B * H * T^2 entries at 2 bytes (bf16) each.")
+expect_close(attention_matrix_bytes(1, 1, 2048) / 1e6, 8.39, "one head at 2,048 tokens, in MB", atol=0.01,
+             hint="The lesson's chart: 4,194,304 entries at 2 bytes.")
+
+# %% nbgrader={"grade": true, "grade_id": "test_attention_memory_hidden", "points": 1}
+# Hidden tests: fresh sizes and bytes_per_entry.
+### BEGIN HIDDEN TESTS
+from mlbook.labs.lab04_transformer_block import hidden
+hidden.check_attention_matrix_bytes(attention_matrix_bytes)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# **Parameters do not grow with heads or with length.** Attention holds 4·d² weights (you tested
+# it in section 2) and the 4× FFN 8·d²; at d_model = 512 that is about 1.0 and 2.1 million
+# per block. Longer context costs activations and FLOPs, not weights.
+
+# %% nbgrader={"grade_id": "param_counts", "locked": true}
+block512 = TransformerBlock(512, 8, 2048)
+ffn_weights = sum(p.numel() for p in block512.ff.parameters() if p.dim() == 2)
+attn_weights = sum(p.numel() for p in block512.attn.parameters() if p.dim() == 2)
+print(f"attention weights {attn_weights:,} = 4 d^2: {attn_weights == 4 * 512**2}")
+print(f"FFN weights       {ffn_weights:,} = 8 d^2: {ffn_weights == 8 * 512**2}")
