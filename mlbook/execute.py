@@ -35,7 +35,7 @@ def execute(nb: NotebookNode, workdir: Path | None = None, timeout: int = 300, e
     own_dir = workdir is None
     workdir = Path(tempfile.mkdtemp(prefix="mlbook-run-")) if own_dir else workdir
     try:
-        client = NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=True,
+        client = NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=True, shutdown_kernel="immediate",
                                 extra_arguments=["--HistoryManager.hist_file=:memory:", "--IPKernelApp.log_level=ERROR"],
                                 resources={"metadata": {"path": str(workdir)}})
         start = time.perf_counter()
