@@ -1,0 +1,665 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Lab 6 — Attention without the T × T matrix
+#
+# Every earlier lab built the score matrix `S = Q Kᵀ / √d_k` in full: T × T numbers per head
+# and layer. At long context that one tensor is what stops training, not the arithmetic.
+# FlashAttention (Dao et al., 2022) computes **exactly the same output** while never holding
+# more than a small tile of S. Its core is an old trick, the *online softmax*, and it fits in a
+# page of Python. In this lab you build it, check it against PyTorch, derive its backward pass
+# and then **measure** what it saves on this CPU.
+#
+# You will:
+# 1. size the full attention matrix for the chapter's configurations;
+# 2. write the online-softmax update: a running max, a running denominator and a running
+#    weighted sum, rescaled whenever the max grows;
+# 3. write `chunked_attention`, tiled over queries and keys, causal or not, exact to float
+#    tolerance against `torch.nn.functional.scaled_dot_product_attention`;
+# 4. write the backward pass from the saved log-sum-exp (T numbers, not T²) and check it
+#    against autograd;
+# 5. measure peak memory and time of naive, chunked and PyTorch's fused attention.
+#
+# **Grading.** Cells marked with points are graded. Visible tests run as you go; hidden tests
+# run when your notebook is graded, on fresh random inputs: other lengths (not multiples of the
+# chunk size), chunk sizes 1 and ≥ T, very large scores, causal and not, float32 and float64,
+# and a memory check that fails any version that builds the T × T matrix. A failing test names
+# the likely misconception. The written answer at the end is graded by a TA.
+
+# %% [markdown]
+# ## Setup
+# Run this cell first. PyTorch and NumPy run on **one thread** in this lab, so that the timings
+# in section 7 are repeatable on a shared machine.
+
+# %% nbgrader={"grade_id": "setup", "locked": true}
+import os
+
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[_var] = "1"  # before NumPy and torch start their thread pools
+
+import math
+import warnings
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from mlbook_helpers.checks import as_array, expect, expect_close, expect_finite, expect_shape
+from mlbook_helpers.examples import chapter_qkv
+from mlbook_helpers.measure import best_time, format_bytes, peak_memory
+from mlbook_helpers.plotting import attention_heatmap, curves
+
+warnings.filterwarnings("ignore", category=UserWarning)
+torch.set_num_threads(1)
+torch.manual_seed(0)
+np.set_printoptions(precision=4, suppress=True)
+
+# %% [markdown]
+# ## 1. How big is the matrix?
+#
+# The weight matrix `A = softmax(S)` has one entry per (query, key) pair, for every head of
+# every sequence in the batch: **B · H · T²** entries, whatever the head width d_head. The
+# chapter sizes it in bf16 (2 bytes per entry) for one layer:
+#
+# | B | H | T | bytes (bf16) |
+# |---|---|---|---|
+# | 1 | 12 | 1,024 | 25 MB |
+# | 8 | 32 | 4,096 | 8.6 GB |
+# | 8 | 32 | 32,768 | 550 GB |
+#
+# and the lesson per head (B = H = 1): 2.1 MB at 1,024 tokens, 8.39 MB at 2,048 and 33.55 MB
+# at 4,096. Each doubling of T quadruples the bytes. (MB and GB are decimal here: 10⁶ and 10⁹.)
+#
+# Write `attention_matrix_bytes`, then run the cell after it to reproduce both tables.
+
+# %% nbgrader={"grade_id": "attention_matrix_bytes", "solution": true}
+def attention_matrix_bytes(B, H, T, bytes_per_entry=2):
+    """Bytes needed to store the full attention matrix of one layer.
+
+    Args:
+        B: batch size (sequences).
+        H: heads.
+        T: sequence length (queries = keys = T).
+        bytes_per_entry: 2 for bf16/fp16, 4 for float32.
+
+    Returns:
+        The number of bytes, an int.
+    """
+    ### BEGIN SOLUTION
+    return int(B * H * T * T * bytes_per_entry)  # B * H matrices of T x T entries
+    ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_attention_matrix_bytes", "points": 1}
+for (B, H, T), published in [((1, 12, 1024), 25e6), ((8, 32, 4096), 8.6e9), ((8, 32, 32768), 550e9)]:
+    got = attention_matrix_bytes(B, H, T)
+    expect(abs(got - published) / published < 0.01, f"attention_matrix_bytes(B={B}, H={H}, T={T}) in bf16",
+           f"got {got:.4g} bytes, the chapter prints {published:.3g}",
+           "The matrix has B * H * T * T entries of 2 bytes each: did you square T and include both B and H?")
+for T, published in [(1024, 2.1e6), (2048, 8.39e6), (4096, 33.55e6)]:
+    got = attention_matrix_bytes(1, 1, T)
+    expect(abs(got - published) / published < 0.01, f"one head's matrix at T={T}",
+           f"got {got:.4g} bytes, the lesson prints {published:.4g}",
+           "One head, one sequence: T * T entries of 2 bytes.")
+
+# %% nbgrader={"grade": true, "grade_id": "test_attention_matrix_bytes_hidden", "points": 1}
+# Hidden tests: other batch sizes, head counts, lengths and entry sizes.
+### BEGIN HIDDEN TESTS
+from mlbook.labs.lab06_chunked_attention import hidden
+hidden.check_attention_matrix_bytes(attention_matrix_bytes)
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade_id": "memory_table", "locked": true}
+for B, H, T in [(1, 12, 1024), (8, 32, 4096), (8, 32, 32768), (1, 1, 1024), (1, 1, 2048), (1, 1, 4096)]:
+    n = attention_matrix_bytes(B, H, T)
+    print(f"B={B:2d} H={H:2d} T={T:6,d}: {n / 1e6:12,.2f} MB = {n / 1e9:8.3f} GB")
+
+# %% [markdown]
+# ## 2. The baseline, and where its memory goes
+#
+# `naive_attention` is the attention of the earlier labs, for one head. It is given: it is
+# the baseline you will measure against. Conventions for the whole lab:
+#
+# * one head at a time: `q` is (T_q, d_k), `k` is (T_k, d_k), `v` is (T_k, d_v);
+# * `causal=True` means query *i* may read key *j* only when *j* ≤ *i* (then T_q = T_k);
+# * besides the output, every attention function returns the **log-sum-exp** of each score
+#   row, `lse[i] = log Σⱼ exp(S[i, j])` (over allowed keys only), a (T_q,) vector. It is all the
+#   backward pass will need to rebuild any weight: `A[i, j] = exp(S[i, j] − lse[i])`.
+
+# %% nbgrader={"grade_id": "naive_attention", "locked": true}
+def naive_attention(q, k, v, causal=False):
+    """Attention that stores the full score matrix (the baseline).
+
+    Args:
+        q: (T_q, d_k) queries. k: (T_k, d_k) keys. v: (T_k, d_v) values.
+        causal: mask key j for query i when j > i.
+
+    Returns:
+        out: (T_q, d_v) outputs. lse: (T_q,) log-sum-exp of each row of scores.
+    """
+    scores = q @ k.T / math.sqrt(q.shape[-1])  # (T_q, T_k): the T x T matrix
+    if causal:
+        future = torch.ones(scores.shape, dtype=torch.bool).triu(1)  # (T_q, T_k) True where j > i
+        scores = scores.masked_fill(future, -math.inf)  # (T_q, T_k)
+    weights = torch.softmax(scores, dim=-1)  # (T_q, T_k): a second T x T matrix
+    return weights @ v, torch.logsumexp(scores, dim=-1)  # (T_q, d_v), (T_q,)
+
+
+# %% [markdown]
+# Here are the causal weights for T = 12, with a grid every 4 positions: the tiles that a
+# chunked computation with `chunk_size = 4` handles one at a time. Look at the tiles above the
+# diagonal: every weight in them is exactly 0. A chunked computation never needs to visit
+# them. The tiles on the diagonal are half allowed, half masked.
+
+# %% nbgrader={"grade_id": "tile_picture", "locked": true}
+tile = 4
+q_demo, k_demo, v_demo = (torch.randn(12, 8) for _ in range(3))
+_, lse_demo = naive_attention(q_demo, k_demo, v_demo, causal=True)
+demo_scores = q_demo @ k_demo.T / math.sqrt(8)  # (12, 12)
+demo_weights = torch.exp(demo_scores - lse_demo[:, None]).tril()  # (12, 12): A rebuilt from lse
+ax = attention_heatmap(demo_weights, title=f"causal weights, tiles of {tile} x {tile}", annotate=False, vmax=None)
+for edge in range(tile, 12, tile):
+    ax.axhline(edge, color="white", linewidth=2)
+    ax.axvline(edge, color="white", linewidth=2)
+plt.show()
+
+# %% [markdown]
+# ## 3. The online softmax
+#
+# Take one query row and its scores `s₁ … s_T`. The softmax-weighted sum of values is
+#
+# $$ y = \frac{\sum_j e^{s_j - m}\, v_j}{\sum_j e^{s_j - m}}, \qquad m = \max_j s_j , $$
+#
+# where subtracting the max changes nothing mathematically and keeps every exponent ≤ 0. The
+# keys arrive in **blocks**. After some blocks we keep three numbers per query row:
+#
+# * `m`: the largest score seen so far;
+# * `l`: the running denominator, `Σ e^{s_j − m}` over the keys seen so far;
+# * `acc`: the running weighted sum, `Σ e^{s_j − m} v_j` (a d_v-vector, **not** yet divided by `l`).
+#
+# A new block of scores `S_b` (with values `V_b`) arrives. The new max is
+# `m' = max(m, rowmax(S_b))`. Everything accumulated so far was computed relative to `m`;
+# relative to `m'` each old term `e^{s − m}` is `e^{s − m'} = e^{m − m'} · e^{s − m}`. So both
+# running sums are **rescaled** by `α = e^{m − m'}` (which is 1 if the max did not grow) before
+# the block is added:
+#
+# $$ \ell' = \alpha\,\ell + \mathrm{rowsum}\big(e^{S_b - m'}\big), \qquad
+#    \mathrm{acc}' = \alpha\,\mathrm{acc} + e^{S_b - m'}\,V_b . $$
+#
+# Start from `m = −∞`, `l = 0`, `acc = 0` (so α = e^{−∞} = 0 on the first block), and divide
+# **once**, after the last block: `y = acc / l`. The row's log-sum-exp comes for free:
+# `lse = m + log l`.
+#
+# Masked keys arrive as scores of `−inf`: they contribute `e^{−∞} = 0`. A block may mask a whole
+# row as long as that row has already seen an allowed key (its `m` is finite).
+
+# %% nbgrader={"grade_id": "online_softmax_update", "solution": true}
+def online_softmax_update(m, l, acc, scores_block, v_block):
+    """Fold one block of keys into the running softmax state of a block of query rows.
+
+    Args:
+        m: (n_q,) running max of each row's scores so far (-inf before the first block).
+        l: (n_q,) running denominator, sum of exp(score - m) so far.
+        acc: (n_q, d_v) running sum of exp(score - m) * value, not divided by l.
+        scores_block: (n_q, n_k) scaled scores of these rows against the new keys; -inf = masked.
+        v_block: (n_k, d_v) the new keys' values.
+
+    Returns:
+        (m_new, l_new, acc_new) with the shapes of (m, l, acc), relative to the new max.
+    """
+    ### BEGIN SOLUTION
+    m_new = torch.maximum(m, scores_block.max(dim=-1).values)  # (n_q,)
+    alpha = torch.exp(m - m_new)  # (n_q,): rescales what was accumulated against the old max
+    p = torch.exp(scores_block - m_new[:, None])  # (n_q, n_k), entries in [0, 1]
+    l_new = alpha * l + p.sum(dim=-1)  # (n_q,)
+    acc_new = alpha[:, None] * acc + p @ v_block  # (n_q, d_v)
+    return m_new, l_new, acc_new
+    ### END SOLUTION
+
+# %% [markdown]
+# The first test replays the chapter's example, `Q = K = [[1, 0], [0, 1], [1, 1]]`,
+# `V = [[10, 0], [0, 10], [5, 5]]`, for query 0 with **one key per block**. Its scaled scores are
+# (0.707, 0, 0.707); its weights (0.401, 0.198, 0.401) and its output (6.02, 3.98). The second
+# test is by hand: state `m = 0, l = 1, acc = [1]`, then a block with score 2 and value 3. The max
+# grows to 2, α = e^{−2} = 0.1353, so `l' = 0.1353 + 1 = 1.1353` and `acc' = 0.1353 + 3 = 3.1353`.
+
+# %% nbgrader={"grade": true, "grade_id": "test_online_softmax_update", "points": 2}
+def empty_state(n_rows, d_v):
+    """(m, l, acc) before the first block, float64: (n_rows,), (n_rows,), (n_rows, d_v)."""
+    f64 = dict(dtype=torch.float64)
+    return torch.full((n_rows,), -math.inf, **f64), torch.zeros(n_rows, **f64), torch.zeros(n_rows, d_v, **f64)
+
+
+chapter_Q, chapter_K, chapter_V = (torch.tensor(a) for a in chapter_qkv())
+row0 = chapter_Q[0:1] @ chapter_K.T / math.sqrt(2)  # (1, 3) scaled scores of query 0
+m, l, acc = empty_state(1, 2)
+for j in range(3):
+    m, l, acc = online_softmax_update(m, l, acc, row0[:, j:j + 1], chapter_V[j:j + 1])
+expect_close(m, [0.7071], "running max after the chapter's three keys",
+             hint="m' = max(m, rowmax(scores_block)): the largest score seen so far.")
+expect_close(l, [1 + math.exp(-0.7071) + 1], "running denominator after three keys",
+             hint="l sums exp(score - m) over the keys seen: rescale l by exp(m_old - m_new) when the max changes.")
+expect_close(as_array(acc) / as_array(l)[:, None], [[6.017, 3.983]], "acc / l for the chapter's query 0",
+             hint="acc is the running sum of exp(score - m) * value, rescaled like l; divide by l only at the end.")
+
+m1, l1, acc1 = online_softmax_update(torch.tensor([0.0]), torch.tensor([1.0]), torch.tensor([[1.0]]),
+                                     torch.tensor([[2.0]]), torch.tensor([[3.0]]))
+expect_close(m1, [2.0], "new max when a larger score arrives", hint="m' = max(m, rowmax(scores_block)).")
+expect_close(l1, [1.1353], "denominator after the max grew from 0 to 2",
+             hint="The old denominator was relative to the old max: rescale it by exp(m_old - m_new) "
+                  "before adding the block.")
+expect_close(acc1, [[3.1353]], "accumulator after the max grew from 0 to 2",
+             hint="acc was relative to the old max too: rescale the accumulator by exp(m_old - m_new), and keep it "
+                  "un-normalised (do not divide it by the denominator inside the update).")
+
+# A long row in uneven blocks must give softmax(row) @ V exactly.
+g = torch.Generator().manual_seed(1)
+scores_row = 3 * torch.randn(4, 23, generator=g, dtype=torch.float64)  # (4, 23)
+values = torch.randn(23, 5, generator=g, dtype=torch.float64)  # (23, 5)
+m, l, acc = empty_state(4, 5)
+for start in range(0, 23, 6):
+    m, l, acc = online_softmax_update(m, l, acc, scores_row[:, start:start + 6], values[start:start + 6])
+expect_close(as_array(acc) / as_array(l)[:, None], torch.softmax(scores_row, -1) @ values,
+             "4 rows of 23 scores folded in blocks of 6 (last block 5)", atol=1e-9,
+             hint="Streaming must reproduce softmax(row) @ V: rescale both l and acc whenever the max grows.")
+expect_close(as_array(m) + np.log(as_array(l)), torch.logsumexp(scores_row, -1), "m + log(l) after the last block",
+             atol=1e-9, hint="m + log(l) is the row's log-sum-exp when l is relative to m.")
+
+# %% nbgrader={"grade": true, "grade_id": "test_online_softmax_update_hidden", "points": 3}
+# Hidden tests: random states where the max grows in some rows and not others, masked keys,
+# scores near +-1000, float32 and float64.
+### BEGIN HIDDEN TESTS
+from mlbook.labs.lab06_chunked_attention import hidden
+hidden.check_online_softmax_update(online_softmax_update)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## 4. Chunked attention
+#
+# Now cut the whole computation into tiles of `chunk_size`:
+#
+# * **queries** in tiles of `chunk_size` rows: each tile keeps its own `(m, l, acc)`, so the state
+#   is `chunk_size` rows, not T;
+# * **keys and values** in blocks of `chunk_size`, streamed through `online_softmax_update`; the
+#   scores of one tile against one block are a `chunk_size × chunk_size` matrix, never T × T;
+# * the **last** tile and block may be shorter when T is not a multiple of `chunk_size`;
+# * with `causal=True`, a key block whose first key comes after the tile's last query is entirely
+#   in the future of every query in the tile: skip it (this halves the work). The blocks that
+#   straddle the diagonal still need the mask inside the block;
+# * after a tile's last block: `out = acc / l` and `lse = m + log l` for its rows.
+#
+# Remember to scale the scores by `1 / √d_k`, and create new tensors with the inputs' dtype
+# (`q.new_zeros`, `q.new_full`, or `dtype=q.dtype`) so that float64 inputs stay float64.
+
+# %% nbgrader={"grade_id": "chunked_attention", "solution": true}
+def chunked_attention(q, k, v, chunk_size, causal=False):
+    """Exact attention computed tile by tile, without the T x T score matrix.
+
+    Args:
+        q: (T_q, d_k) queries. k: (T_k, d_k) keys. v: (T_k, d_v) values.
+        chunk_size: rows per query tile and keys per key block (the last ones may be shorter).
+        causal: mask key j for query i when j > i (requires T_q == T_k), and skip the key
+            blocks that lie entirely in the future of a query tile.
+
+    Returns:
+        out: (T_q, d_v) the attention output.
+        lse: (T_q,) log-sum-exp of each row of scaled (and masked) scores.
+    """
+    ### BEGIN SOLUTION
+    T_q, d_k = q.shape
+    T_k, d_v = v.shape
+    scale = 1.0 / math.sqrt(d_k)
+    out = q.new_empty(T_q, d_v)  # (T_q, d_v)
+    lse = q.new_empty(T_q)  # (T_q,)
+    for q_start in range(0, T_q, chunk_size):
+        q_stop = min(q_start + chunk_size, T_q)
+        q_tile = q[q_start:q_stop] * scale  # (n_q, d_k)
+        m = q.new_full((q_stop - q_start,), -math.inf)  # (n_q,)
+        l = q.new_zeros(q_stop - q_start)  # (n_q,)
+        acc = q.new_zeros(q_stop - q_start, d_v)  # (n_q, d_v)
+        # Causal: a block starting at or after q_stop is in the future of every query in the tile.
+        k_end = min(q_stop, T_k) if causal else T_k
+        for k_start in range(0, k_end, chunk_size):
+            k_stop = min(k_start + chunk_size, T_k)
+            scores = q_tile @ k[k_start:k_stop].T  # (n_q, n_k)
+            if causal and k_stop - 1 > q_start:  # the block reaches past the tile's first query
+                key_pos = torch.arange(k_start, k_stop)  # (n_k,)
+                query_pos = torch.arange(q_start, q_stop)  # (n_q,)
+                scores = scores.masked_fill(key_pos[None, :] > query_pos[:, None], -math.inf)  # (n_q, n_k)
+            m, l, acc = online_softmax_update(m, l, acc, scores, v[k_start:k_stop])
+        out[q_start:q_stop] = acc / l[:, None]  # (n_q, d_v): the only division
+        lse[q_start:q_stop] = m + torch.log(l)  # (n_q,)
+    return out, lse
+    ### END SOLUTION
+
+# %% [markdown]
+# The visible tests follow the chapter's exercise (T = 512, c = 64, against
+# `scaled_dot_product_attention`), then an uneven length, a causal run, the edge chunk sizes 1
+# and ≥ T, and scores so negative that `exp(score)` underflows to 0.
+
+# %% nbgrader={"grade": true, "grade_id": "test_chunked_attention", "points": 3}
+g = torch.Generator().manual_seed(2)
+q, k, v = (torch.randn(512, 64, generator=g) for _ in range(3))
+out, lse = chunked_attention(q, k, v, 64)
+expect_shape(out, (512, 64), "out of chunked_attention(T=512, c=64)", "One output row per query, d_v columns.")
+expect_shape(lse, (512,), "lse of chunked_attention(T=512, c=64)", "One log-sum-exp per query row.")
+expect_close(out, F.scaled_dot_product_attention(q, k, v), "chunked_attention(T=512, c=64) vs PyTorch's SDPA", atol=1e-5,
+             hint="T is a multiple of c and nothing is masked, so only the streaming matters: start each tile at "
+                  "m = -inf, l = 0, acc = 0, use scores scaled by 1/sqrt(d_k), and divide acc by l once, after the last block.")
+expect_close(lse, torch.logsumexp(q @ k.T / 8, dim=-1), "lse of chunked_attention(T=512, c=64)", atol=1e-4,
+             hint="lse = m + log(l) for each row, from the state after its last block.")
+
+q, k, v = torch.randn(300, 16, generator=g), torch.randn(300, 16, generator=g), torch.randn(300, 24, generator=g)
+expect_close(chunked_attention(q, k, v, 64)[0], F.scaled_dot_product_attention(q, k, v), "chunked_attention(T=300, c=64)",
+             atol=1e-5, hint="300 is not a multiple of 64: is the last, shorter block of keys (and tile of queries) processed?")
+
+q, k, v = (torch.randn(512, 64, generator=g) for _ in range(3))
+out, lse = chunked_attention(q, k, v, 64, causal=True)
+expect_close(out, F.scaled_dot_product_attention(q, k, v, is_causal=True), "causal chunked_attention(T=512, c=64)",
+             atol=1e-5, hint="Causal: visit every key block that starts at or before the tile's last query (the diagonal "
+                             "block included) and mask keys j > i inside it; skip only the blocks entirely in the future.")
+expect_close(lse, naive_attention(q, k, v, causal=True)[1], "causal lse (T=512, c=64)", atol=1e-4,
+             hint="Masked keys must not enter l: their scores are -inf before the update.")
+
+q, k, v = (torch.randn(13, 4, generator=g, dtype=torch.float64) for _ in range(3))
+for c in (1, 13, 40):
+    for causal in (False, True):
+        expect_close(chunked_attention(q, k, v, c, causal=causal)[0], naive_attention(q, k, v, causal=causal)[0],
+                     f"chunked_attention(T=13, chunk_size={c}, causal={causal})", atol=1e-9,
+                     hint="chunk_size = 1 makes one-key blocks; chunk_size >= T makes one tile and one block: "
+                          "loop with range(0, T, chunk_size) and clip each stop at T.")
+
+shift = torch.zeros(13, 5, dtype=torch.float64)
+shift[:, -1] = 60.0  # adds 60 * (-60) / sqrt(5) = -1610 to every score
+qs, ks = torch.cat([q, -shift[:, -1:]], 1), torch.cat([k, shift[:, -1:]], 1)
+expect_close(chunked_attention(qs, ks, v, 4)[0], naive_attention(qs, ks, v)[0],
+             "chunked_attention when every score is near -1610", atol=1e-9,
+             hint="exp(-1610) is 0 in float64: the running max must start at -inf (not 0) so scores are shifted by "
+                  "their true max.")
+
+# %% nbgrader={"grade": true, "grade_id": "test_chunked_attention_hidden", "points": 4}
+# Hidden tests: fresh lengths not divisible by chunk_size, T_q != T_k, chunk_size 1 and >= T,
+# causal and not, scores up to +-1000, float32 and float64, out and lse.
+### BEGIN HIDDEN TESTS
+from mlbook.labs.lab06_chunked_attention import hidden
+hidden.check_chunked_attention(chunked_attention)
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade": true, "grade_id": "test_chunked_attention_memory", "points": 2}
+# Hidden test: the peak memory of one call at T near 1,500 is measured; it must stay well below
+# one T x T matrix.
+### BEGIN HIDDEN TESTS
+from mlbook.labs.lab06_chunked_attention import hidden
+hidden.check_chunked_memory(chunked_attention)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## 5. The backward pass from the log-sum-exp
+#
+# The chapter (§2.8) derives, for `Y = A V` with `A = softmax(S)` and `S = Q Kᵀ / √d_k`:
+#
+# $$ dV = A^\top dY,\quad dA = dY\,V^\top,\quad dS = A \odot \big(dA - \mathrm{rowsum}(dA \odot A)\big),\quad
+#    dQ = \frac{dS\,K}{\sqrt{d_k}},\quad dK = \frac{dS^\top Q}{\sqrt{d_k}} . $$
+#
+# It needs `A` and `dA`, never `S` on its own, and `A` can be **recomputed** from the forward's
+# saved `lse`: `A[i, j] = exp(S[i, j] − lse[i])`. One key block at a time, that is a (T_q, c) slice
+# of A, exact without seeing the rest of the row, which is what `lse` buys. The row sum needs no
+# T × T either:
+#
+# $$ \mathrm{rowsum}(dA \odot A)_i = \sum_j A_{ij}\,(dY_i \cdot v_j) = dY_i \cdot \sum_j A_{ij} v_j = dY_i \cdot Y_i , $$
+#
+# so `D = rowsum(dout * out)` (`dout` is dY in code) is a (T_q,) vector computed before the loop.
+# The forward therefore stores only `out` and `lse` (T numbers per head), and the backward streams
+# over key blocks:
+# each block's `dV` and `dK` rows are final when the block is done, and `dQ` accumulates. Masked
+# entries need no special care beyond the mask itself: their recomputed weight is exactly 0.
+#
+# Write it streaming over **key blocks** of `chunk_size` (all queries at once is fine here:
+# the largest temporary is then T × chunk_size).
+
+# %% nbgrader={"grade_id": "attention_backward_from_lse", "solution": true}
+def attention_backward_from_lse(q, k, v, out, dout, lse, chunk_size, causal=False):
+    """Gradients of attention recomputed from the saved output and log-sum-exp.
+
+    Args:
+        q: (T_q, d_k) queries. k: (T_k, d_k) keys. v: (T_k, d_v) values.
+        out: (T_q, d_v) the forward output. dout: (T_q, d_v) gradient of the loss w.r.t. out.
+        lse: (T_q,) the forward's log-sum-exp of each row of scaled (masked) scores.
+        chunk_size: keys per block.
+        causal: the forward was causal (mask key j for query i when j > i).
+
+    Returns:
+        dq: (T_q, d_k), dk: (T_k, d_k), dv: (T_k, d_v).
+    """
+    ### BEGIN SOLUTION
+    T_q, d_k = q.shape
+    T_k = k.shape[0]
+    scale = 1.0 / math.sqrt(d_k)
+    D = (dout * out).sum(dim=-1)  # (T_q,) = rowsum(dA * A)
+    dq = torch.zeros_like(q)  # (T_q, d_k), accumulated over key blocks
+    dk = torch.empty_like(k)  # (T_k, d_k)
+    dv = torch.empty_like(v)  # (T_k, d_v)
+    for k_start in range(0, T_k, chunk_size):
+        k_stop = min(k_start + chunk_size, T_k)
+        k_blk, v_blk = k[k_start:k_stop], v[k_start:k_stop]  # (n_k, d_k), (n_k, d_v)
+        scores = q @ k_blk.T * scale  # (T_q, n_k)
+        if causal:
+            future = torch.arange(k_start, k_stop)[None, :] > torch.arange(T_q)[:, None]  # (T_q, n_k)
+            scores = scores.masked_fill(future, -math.inf)
+        A_blk = torch.exp(scores - lse[:, None])  # (T_q, n_k): these columns of A, recomputed
+        dv[k_start:k_stop] = A_blk.T @ dout  # (n_k, d_v)
+        dA_blk = dout @ v_blk.T  # (T_q, n_k)
+        dS_blk = A_blk * (dA_blk - D[:, None])  # (T_q, n_k)
+        dq += dS_blk @ k_blk * scale  # (T_q, d_k)
+        dk[k_start:k_stop] = dS_blk.T @ q * scale  # (n_k, d_k)
+    return dq, dk, dv
+    ### END SOLUTION
+
+# %% [markdown]
+# The test runs PyTorch's attention forward with autograd, backpropagates a random `dout`, and
+# compares the three gradients with yours, fed only with `out` and `lse`.
+
+# %% nbgrader={"grade": true, "grade_id": "test_attention_backward_from_lse", "points": 2}
+def autograd_reference(q, k, v, dout, causal):
+    """dq, dk, dv of sum(SDPA(q, k, v) * dout), by autograd."""
+    leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    F.scaled_dot_product_attention(*leaves, is_causal=causal).backward(dout)
+    return [t.grad for t in leaves]
+
+
+g = torch.Generator().manual_seed(3)
+for T_q, T_k, c, causal in [(96, 96, 32, False), (100, 100, 32, True), (70, 45, 16, False)]:
+    f64 = dict(generator=g, dtype=torch.float64)
+    q, k, v = torch.randn(T_q, 16, **f64), torch.randn(T_k, 16, **f64), torch.randn(T_k, 8, **f64)
+    dout = torch.randn(T_q, 8, **f64)  # (T_q, d_v) upstream gradient
+    out, lse = naive_attention(q, k, v, causal=causal)
+    grads = attention_backward_from_lse(q, k, v, out, dout, lse, c, causal=causal)
+    expect(len(grads) == 3, "attention_backward_from_lse", f"returned {len(grads)} values", "Return (dq, dk, dv).")
+    case = f"(T_q={T_q}, T_k={T_k}, chunk_size={c}, causal={causal})"
+    dq_ref, dk_ref, dv_ref = autograd_reference(q, k, v, dout, causal)
+    expect_close(grads[2], dv_ref, f"dv {case} vs autograd", atol=1e-8,
+                 hint="dV = A^T dY, with this block's columns of A rebuilt as exp(S - lse): subtract lse in the exponent.")
+    expect_close(grads[1], dk_ref, f"dk {case} vs autograd", atol=1e-8,
+                 hint="dK = dS^T Q / sqrt(d_k) (note the transpose), with dS = A * (dA - D) and D = rowsum(dout * out).")
+    expect_close(grads[0], dq_ref, f"dq {case} vs autograd", atol=1e-8,
+                 hint="dQ = dS K / sqrt(d_k), summed over all key blocks; dS = A * (dA - D), D = rowsum(dout * out).")
+
+# %% nbgrader={"grade": true, "grade_id": "test_attention_backward_from_lse_hidden", "points": 3}
+# Hidden tests: fresh shapes, causal and not, chunk_size 1 and >= T, float32, and a measured
+# peak memory that must stay well below one T x T matrix.
+### BEGIN HIDDEN TESTS
+from mlbook.labs.lab06_chunked_attention import hidden
+hidden.check_backward_from_lse(attention_backward_from_lse)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## 6. Measuring memory
+#
+# A formula says what *should* be allocated; a measurement says what *was*. The module
+# `mlbook_helpers.measure` runs a call and records the largest number of bytes its arrays and
+# tensors held at any moment: NumPy buffers through Python's `tracemalloc`, torch tensors
+# through a hook that sees every tensor a torch function returns. Only memory allocated
+# **during** the call counts, so create the inputs first. Check it on something known:
+
+# %% nbgrader={"grade_id": "measure_demo", "locked": true}
+print(f"torch.empty(1000, 1000), float32: {peak_memory(lambda: torch.empty(1000, 1000)).bytes:>10,} bytes (4,000,000 expected)")
+x_demo = torch.randn(1000, 1000)  # (1000, 1000), allocated before measuring
+print(f"x.T, a view of the input:         {peak_memory(lambda x: x.T, x_demo).bytes:>10,} bytes (no new tensor)")
+print(f"x * 2 + 1:                        {peak_memory(lambda x: x * 2 + 1, x_demo).bytes:>10,} bytes "
+      "(the temporary x * 2 is still alive while x * 2 + 1 is made)")
+
+# %% [markdown]
+# Write `memory_sweep`: for each T, draw `q`, `k`, `v` of shape (T, d) in float32 **before**
+# measuring, call `peak_memory(attention_fn, q, k, v)` and keep its `.bytes`.
+
+# %% nbgrader={"grade_id": "memory_sweep", "solution": true}
+def memory_sweep(attention_fn, T_values, d=64):
+    """Measured peak memory of attention_fn(q, k, v) for each sequence length.
+
+    Args:
+        attention_fn: called as attention_fn(q, k, v) with q, k, v of shape (T, d), float32.
+        T_values: the lengths T to measure.
+        d: head width (d_k = d_v = d).
+
+    Returns:
+        A list of ints: the peak bytes for each T, in the order of T_values.
+    """
+    ### BEGIN SOLUTION
+    peaks = []
+    for T in T_values:
+        q, k, v = (torch.randn(T, d) for _ in range(3))  # (T, d) each, allocated before measuring
+        peaks.append(peak_memory(attention_fn, q, k, v).bytes)
+    return peaks
+    ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_memory_sweep", "points": 1}
+probe = memory_sweep(lambda q, k, v: torch.empty(q.shape[0], q.shape[0]), [200, 400], d=32)
+expect(len(probe) == 2, "memory_sweep of a probe at T = 200, 400", f"returned {len(probe)} values", "One peak per T.")
+expect(abs(probe[0] - 160_000) < 16_000 and abs(probe[1] - 640_000) < 16_000,
+       "peak of a function that allocates one T x T float32 tensor, at T = 200 and 400",
+       f"measured {probe[0]:,} and {probe[1]:,} bytes (expected about 160,000 and 640,000)",
+       "Create q, k, v before calling peak_memory (inputs allocated inside the measured call are counted), "
+       "and return the measured .bytes.")
+
+# %% nbgrader={"grade": true, "grade_id": "test_memory_sweep_hidden", "points": 1}
+# Hidden tests: other probes, lengths and widths.
+### BEGIN HIDDEN TESTS
+from mlbook.labs.lab06_chunked_attention import hidden
+hidden.check_memory_sweep(memory_sweep)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# Now the sweep: naive and chunked attention for T = 256 … 4,096 with d = 64 and tiles of 256.
+# Naive stores T × T scores (and a second T × T for the weights), so its peak should grow **4×**
+# per doubling of T. Chunked holds a few 256 × 256 tiles plus the (T, d) output, so its peak
+# should grow at most **2×** per doubling; at T = 256 a single tile covers everything and the
+# two are alike. The sweep takes a few seconds; T = 8,192 would take four times as long and
+# 0.5 GB for naive attention alone, and the ratio would double again.
+
+# %% nbgrader={"grade_id": "memory_results", "locked": true}
+T_VALUES = [256, 512, 1024, 2048, 4096]
+MEMORY_CHUNK = 256
+naive_peaks = memory_sweep(naive_attention, T_VALUES)
+chunked_peaks = memory_sweep(lambda q, k, v: chunked_attention(q, k, v, MEMORY_CHUNK), T_VALUES)
+for T, naive_b, chunked_b in zip(T_VALUES, naive_peaks, chunked_peaks):
+    print(f"T={T:5d}: naive {format_bytes(naive_b):>10}  chunked {format_bytes(chunked_b):>10}  "
+          f"ratio {naive_b / chunked_b:6.1f}")
+memory_ratio = naive_peaks[-1] / chunked_peaks[-1]
+print(f"measured peak memory ratio naive / chunked at T = {T_VALUES[-1]}: {memory_ratio:.0f}x")
+ax = curves(T_VALUES, {"naive": np.array(naive_peaks) / 2**20, "chunked (c = 256)": np.array(chunked_peaks) / 2**20,
+                       "one T x T float32 matrix": np.array(T_VALUES, dtype=float) ** 2 * 4 / 2**20},
+            xlabel="T (tokens)", ylabel="peak memory (MiB)", title="Measured peak memory, d = 64", logx=True, logy=True)
+plt.show()
+
+# %% nbgrader={"grade": true, "grade_id": "test_memory_growth", "points": 2}
+naive_growth = naive_peaks[-1] / naive_peaks[-2]
+chunked_growth = chunked_peaks[-1] / chunked_peaks[-2]
+expect(3.5 < naive_growth < 4.5, "naive peak growth from T = 2,048 to 4,096", f"x{naive_growth:.2f}",
+       "The naive baseline should grow 4x per doubling; is memory_sweep measuring the call itself?")
+expect(chunked_growth < 2.5, "chunked peak growth from T = 2,048 to 4,096", f"x{chunked_growth:.2f}",
+       "Chunked attention should grow at most 2x per doubling of T: does chunked_attention build a T x T "
+       "(or T_q x T_k) matrix somewhere?")
+expect(memory_ratio > 20, "measured naive / chunked ratio at T = 4,096", f"{memory_ratio:.1f}x",
+       "Chunked attention keeps only tiles of chunk_size x chunk_size and a (T, d) state: does it build the full matrix?")
+
+# %% [markdown]
+# ## 7. Measuring time
+#
+# Chunking saves memory, but on a CPU with a Python loop it costs interpreter time per tile.
+# The cell below times naive attention, PyTorch's fused `scaled_dot_product_attention` (a C++
+# kernel that also never stores the matrix) and your `chunked_attention` for chunk sizes from 32
+# to T at T = 1,024, d = 64 (fastest of 2 runs each). With
+# `chunk_size = T` there is a single tile: the naive computation plus the bookkeeping.
+
+# %% nbgrader={"grade_id": "time_results", "locked": true}
+T_TIME, CHUNK_SIZES = 1024, [32, 64, 128, 256, 512, 1024]
+q, k, v = (torch.randn(T_TIME, 64) for _ in range(3))
+naive_time = best_time(naive_attention, q, k, v, repeat=2)
+sdpa_time = best_time(F.scaled_dot_product_attention, q, k, v, repeat=2)
+chunk_times = {c: best_time(chunked_attention, q, k, v, c, repeat=2, warmup=0) for c in CHUNK_SIZES}
+print(f"naive {naive_time * 1e3:7.1f} ms   SDPA {sdpa_time * 1e3:7.1f} ms")
+for c, t in chunk_times.items():
+    print(f"chunked, c = {c:4d}: {t * 1e3:7.1f} ms  ({math.ceil(T_TIME / c) ** 2:5d} tiles)")
+ax = curves(CHUNK_SIZES, {"chunked": [t * 1e3 for t in chunk_times.values()],
+                          "naive": [naive_time * 1e3] * len(CHUNK_SIZES), "SDPA": [sdpa_time * 1e3] * len(CHUNK_SIZES)},
+            xlabel="chunk size", ylabel="time (ms)", title=f"T = {T_TIME}, d = 64, one thread", logx=True, logy=True)
+plt.show()
+
+# %% [markdown]
+# From your measurement: which chunk size was fastest here, and how many times slower than SDPA
+# was chunked attention at that chunk size? Compute both from the dictionaries above (do not
+# type numbers: they change from run to run).
+
+# %% nbgrader={"grade_id": "timing_answers", "solution": true}
+### BEGIN SOLUTION
+fastest_chunk = min(chunk_times, key=chunk_times.get)
+slowdown_vs_sdpa = chunk_times[fastest_chunk] / sdpa_time
+### END SOLUTION
+print(f"fastest chunk size here: {fastest_chunk}; {slowdown_vs_sdpa:.1f}x the time of SDPA")
+
+# %% nbgrader={"grade": true, "grade_id": "test_timing_answers", "points": 1}
+expect(fastest_chunk == min(chunk_times, key=chunk_times.get), "fastest_chunk", f"{fastest_chunk}",
+       "Take the chunk size with the smallest measured time in chunk_times.")
+expect(abs(slowdown_vs_sdpa - chunk_times[fastest_chunk] / sdpa_time) < 1e-6 * slowdown_vs_sdpa,
+       "slowdown_vs_sdpa", f"{slowdown_vs_sdpa:.3g}", "Divide the fastest chunked time by SDPA's time.")
+
+# %% [markdown]
+# ## 8. Written answer (graded by a TA)
+#
+# In five to eight sentences, using **your** measurements above: (a) how did the peak memory of
+# naive and chunked attention grow with T, what ratio did you measure at T = 4,096, and what
+# would the full matrix cost for the chapter's B = 8, H = 32, T = 4,096 layer? (b) Chunked
+# attention does the same multiply-adds at every chunk size: why does its time depend so much
+# on the chunk size, what limits it at each end, and how did it compare with naive attention and
+# SDPA? (c) What does the forward pass have to save for your backward pass, and why is that enough?
+
+# %% [markdown] nbgrader={"grade": true, "grade_id": "written_measurements", "points": 3, "solution": true}
+# ### BEGIN SOLUTION
+# (a) Naive attention's peak grew 4x per doubling of T (it holds the T x T scores and the T x T
+# weights: 129 MiB at T = 4,096 in float32), while chunked attention grew well under 2x: a few
+# 256 x 256 tiles plus the (T, 64) output, 1.9 MiB at T = 4,096. The measured ratio there was
+# about 68x, and it doubles with every further doubling of T (176x at 8,192). The chapter's
+# B = 8, H = 32, T = 4,096 layer would need 8.6 GB in bf16 for one copy of the full matrix.
+# (b) The multiply-adds are the same, but every tile pays a fixed cost of about ten small torch
+# calls through the Python interpreter, and small tiles make small, inefficient matrix
+# multiplications: at c = 32 there are 1,024 tiles and that overhead dominates (several times
+# slower than naive). With large tiles the overhead vanishes and chunked attention runs about as
+# fast as SDPA here, which uses the same tiling in one fused C++ kernel; at c = T it is one tile,
+# the naive computation again, with T x T temporaries and no memory saving. So the useful choice
+# is the smallest chunk whose overhead is already negligible (256 to 512 here).
+# (c) Only out and lse (one number per query row, T per head rather than T^2): lse rebuilds any
+# block of weights exactly as exp(S - lse), and D = rowsum(dout * out) replaces rowsum(dA * A),
+# so the backward never needs the stored matrix; the price is recomputing S block by block.
+#
+# **Rubric (TA only):** 1 point: (a) quotes their own growth factors (about 4x vs at most 2x)
+# and ratio, and gives the chapter's 8.6 GB. 1 point: (b) per-tile interpreter/dispatch
+# overhead and small matmuls at small c, naive-like temporaries at c = T, and the fused kernel
+# of SDPA, quoting their own times. 1 point: (c) out and lse (T numbers), A = exp(S - lse),
+# D = rowsum(dout * out).
+# ### END SOLUTION
