@@ -31,15 +31,19 @@ def assignment_registered(course: Course, lab: str) -> bool:
 
 def register_assignment(course: Course, lab: str, api) -> None:
     """Record the lab's cells in the gradebook (nbgrader generate_assignment), keeping the
-    committed release byte for byte."""
+    committed release folder (notebook and build manifest) byte for byte: nbgrader recreates
+    the folder it writes."""
     if not course.source(lab).is_file():
         raise MlbookError(f"{lab}: no source notebook; run `mlbook build {lab}` first")
-    release = course.release(lab)
-    kept = release.read_bytes() if release.is_file() else None
+    folder = course.release(lab).parent
+    kept = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()} if folder.is_dir() else {}
     with in_course(course):
         result = api.generate_assignment(lab, force=True, create=True)
-    if kept is not None:
-        release.write_bytes(kept)
+    if kept:
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        for name, data in kept.items():
+            (folder / name).write_bytes(data)
     if not result["success"]:
         raise MlbookError(f"{lab}: cannot register the assignment: {failure_reason(result)}")
 

@@ -73,6 +73,7 @@ def read_authored(path: Path) -> NotebookNode:
     nb.metadata.pop("jupytext", None)
     nb.metadata["kernelspec"] = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
     nb.metadata["language_info"] = {"name": "python"}
+    assign_stable_ids(nb)
     for cell in nb.cells:
         for key in _JUPYTEXT_CELL_KEYS:
             cell.metadata.pop(key, None)
@@ -82,6 +83,23 @@ def read_authored(path: Path) -> NotebookNode:
             cell.outputs, cell.execution_count = [], None
     nbformat.validate(nb)
     return nb
+
+
+def assign_stable_ids(nb: NotebookNode) -> None:
+    """Give every cell an id that does not change between builds (jupytext draws random ones).
+
+    An nbgrader cell's id is its grade_id; any other cell's id is a hash of its text, with a
+    counter for repeated text, so editing one cell changes one id in the built notebooks.
+    """
+    import hashlib
+
+    seen: dict[str, int] = {}
+    for cell in nb.cells:
+        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        base = gid if gid and re.fullmatch(r"[A-Za-z0-9_-]{1,60}", gid) else \
+            "c" + hashlib.sha1(f"{cell.cell_type}:{cell.source}".encode()).hexdigest()[:10]
+        seen[base] = seen.get(base, 0) + 1
+        cell["id"] = base if seen[base] == 1 else f"{base}-{seen[base]}"
 
 
 def iter_nbgrader_cells(nb: NotebookNode) -> Iterator[tuple[str, NotebookNode]]:

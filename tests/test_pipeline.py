@@ -181,3 +181,19 @@ def test_check_flags_a_release_edited_after_the_build(tmp_path):
 def test_mlbook_check_passes_on_the_repository():
     done = subprocess.run([*MLBOOK, "check"], capture_output=True, text=True, cwd=REPO.root, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_build_is_reproducible_and_grading_keeps_the_committed_release(tmp_path):
+    from mlbook.build import build_lab
+    from mlbook.grading import api_for, register_assignment
+
+    lab = "lab02_scaling"  # the quickest lab to build
+    course = scratch_course(lab, tmp_path)
+    (tmp_path / "notebooks").mkdir(exist_ok=True)
+    first = build_lab(course, lab).read_bytes()
+    manifest = course.build_manifest(lab).read_bytes()
+    assert build_lab(course, lab).read_bytes() == first, "two builds of the same source differ"
+    assert first == REPO.release(lab).read_bytes(), "the committed release is not what the build makes"
+    register_assignment(course, lab, api_for(course))  # nbgrader recreates release/<lab>/
+    assert course.release(lab).read_bytes() == first
+    assert course.build_manifest(lab).read_bytes() == manifest, "registering lost the build manifest"
