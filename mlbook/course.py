@@ -109,7 +109,7 @@ class Course:
 
     # --- scratch courses ----------------------------------------------------------------
     def scratch_copy(self, dest: Path, labs: list[str]) -> "Course":
-        """A new course at ``dest`` with this course's config, helpers' view and ``labs``' sources."""
+        """A new course at ``dest`` with this course's config, and the authored and source notebooks of ``labs``."""
         dest.mkdir(parents=True, exist_ok=True)
         shutil.copy2(self.config, dest / CONFIG_NAME)
         (dest / "notebooks").mkdir(exist_ok=True)

@@ -64,7 +64,10 @@ def api_for(course: Course, quiet: bool = True):
 
 def failure_reason(result: dict) -> str:
     """One line saying why an nbgrader API call failed, from its captured log and traceback."""
-    lines = (result.get("log", "") + "\n" + result.get("error", "")).splitlines()
+    text = result.get("log", "") + "\n" + result.get("error", "")
+    if "NotJSONError" in text or "JSONDecodeError" in text:
+        return "the notebook file is not valid JSON (truncated or edited outside Jupyter)"
+    lines = text.splitlines()
     keys = ("Kernel died", "DeadKernel", "CellTimeoutError", "timed out", "NotJSONError", "JSONDecodeError",
             "not valid", "Unreadable", "does not exist", "Error", "ERROR")
     for key in keys:
