@@ -3,7 +3,7 @@
 Every setting here answers a measured nbgrader 0.9.6 behaviour (see README, "Grading").
 """
 
-from mlbook.preprocessors import RedactTestTracebacks
+from mlbook.preprocessors import WARNING_STDERR_PATTERN, RedactTestTracebacks
 from nbgrader.preprocessors import ClearHiddenTests, GetGrades
 from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
 
@@ -26,7 +26,7 @@ c.OverwriteCells.add_missing_cells = True
 # nbgrader zeroes a test cell with any stderr output; library warnings (torch's among them)
 # must not cost a correct answer its points. Only whole stderr chunks that are warnings go.
 c.IgnorePattern.enabled = True
-c.IgnorePattern.pattern = r"\w*Warning: |warnings\.warn\("
+c.IgnorePattern.pattern = WARNING_STDERR_PATTERN
 
 # Feedback: no hidden test text (ClearHiddenTests) and no traceback quoting it
 # (RedactTestTracebacks keeps only the misconception message).

@@ -15,7 +15,7 @@ from pathlib import Path
 from nbformat import NotebookNode
 
 from .notebooks import grade_id
-from .preprocessors import strip_ansi
+from .preprocessors import cell_failure
 
 
 @dataclass
@@ -44,11 +44,6 @@ def execute(nb: NotebookNode, workdir: Path | None = None, timeout: int = 300, e
     finally:
         if own_dir:
             shutil.rmtree(workdir, ignore_errors=True)
-    errors = []
-    for index, cell in enumerate(nb.cells):
-        for output in cell.get("outputs", []):
-            if output.get("output_type") == "error":
-                errors.append((index, grade_id(cell) or "", strip_ansi(f"{output['ename']}: {output['evalue']}")))
-            elif output.get("output_type") == "stream" and output.get("name") == "stderr":
-                errors.append((index, grade_id(cell) or "", "stderr: " + strip_ansi(output["text"]).strip()[:200]))
+    errors = [(index, grade_id(cell) or "", message) for index, cell in enumerate(nb.cells)
+              if (message := cell_failure(cell)) is not None]
     return Execution(nb, seconds, errors)

@@ -19,8 +19,30 @@ from .notebooks import nbgrader_meta
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
+# Stderr chunks that are only library warnings: the autograder drops them (nbgrader's
+# IgnorePattern, configured in nbgrader_config.py) and so does `mlbook validate`.
+WARNING_STDERR_PATTERN = r"\w*Warning: |warnings\.warn\("
+
+
 def strip_ansi(text: str) -> str:
     return _ANSI.sub("", text)
+
+
+def error_line(output: NotebookNode) -> str:
+    """An error output as one line: ``Misconception: rows sum to 0.73 ...``."""
+    return strip_ansi(f"{output.get('ename', 'Error')}: {output.get('evalue', '')}")
+
+
+def cell_failure(cell: NotebookNode) -> str | None:
+    """The one-line reason a cell failed (its error, else its stderr), or None if it did not."""
+    outputs = cell.get("outputs", [])
+    for output in outputs:
+        if output.get("output_type") == "error":
+            return error_line(output)
+    for output in outputs:
+        if output.get("output_type") == "stream" and output.get("name") == "stderr":
+            return "stderr: " + strip_ansi(output.get("text", "")).strip()[:300]
+    return None
 
 
 class RedactTestTracebacks(NbGraderPreprocessor):
@@ -34,6 +56,5 @@ class RedactTestTracebacks(NbGraderPreprocessor):
             return cell, resources
         for output in cell.get("outputs", []):
             if output.get("output_type") == "error":
-                message = strip_ansi(f"{output.get('ename', 'Error')}: {output.get('evalue', '')}")
-                output["traceback"] = [message]
+                output["traceback"] = [error_line(output)]
         return cell, resources

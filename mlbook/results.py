@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from .course import Course
 from .notebooks import grade_id, is_test, read_nb
-from .preprocessors import strip_ansi
+from .preprocessors import cell_failure
 from .status import ERROR, GRADED, MISSING, StatusStore
 
 
@@ -58,16 +58,8 @@ def cell_messages(course: Course, lab: str, student: str) -> dict[str, str]:
     path = course.autograded(student, lab)
     if not path.is_file():
         return {}
-    messages = {}
-    for cell in read_nb(path).cells:
-        if not is_test(cell):
-            continue
-        for output in cell.get("outputs", []):
-            if output.get("output_type") == "error":
-                messages[grade_id(cell)] = strip_ansi(f"{output.get('ename')}: {output.get('evalue')}")
-            elif output.get("output_type") == "stream" and output.get("name") == "stderr":
-                messages.setdefault(grade_id(cell), "stderr: " + strip_ansi(output.get("text", ""))[:300])
-    return messages
+    return {grade_id(cell): message for cell in read_nb(path).cells
+            if is_test(cell) and (message := cell_failure(cell)) is not None}
 
 
 def collect(course: Course, lab: str, students: list[str] | None = None) -> list[SubmissionResult]:

@@ -9,15 +9,12 @@ Prints one row per test with its hint, and returns non-zero when any test fails,
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from .execute import execute
 from .notebooks import grade_id, is_test, read_nb
-
-# The same stderr filter the autograder applies (nbgrader_config.py: IgnorePattern).
-WARNING_STDERR = re.compile(r"\w*Warning: |warnings\.warn\(")
+from .preprocessors import WARNING_STDERR_PATTERN
 
 
 @dataclass
@@ -28,18 +25,13 @@ class TestRow:
     message: str
 
 
-def _drop_warning_stderr(cell) -> None:
-    cell.outputs = [o for o in cell.get("outputs", [])
-                    if not (o.get("output_type") == "stream" and o.get("name") == "stderr"
-                            and WARNING_STDERR.search(o.get("text", "")))]
-
-
 def validate_notebook(path: Path, timeout: int = 300) -> tuple[list[TestRow], float, list[str]]:
     """Execute ``path`` and score its test cells.
 
     Returns:
         rows (one per test cell), the execution time in seconds, and warnings (edited test cells).
     """
+    from nbgrader.preprocessors import IgnorePattern
     from nbgrader.utils import compute_checksum, determine_grade
 
     nb = read_nb(path)
@@ -48,11 +40,12 @@ def validate_notebook(path: Path, timeout: int = 300) -> tuple[list[TestRow], fl
                 and compute_checksum(c) != c.metadata["nbgrader"]["checksum"]]
     run = execute(nb, workdir=path.parent, timeout=timeout)
     messages = {gid: msg for _, gid, msg in run.errors}
+    drop_warnings = IgnorePattern(pattern=WARNING_STDERR_PATTERN, enabled=True)  # as the autograder does
     rows = []
     for cell in run.notebook.cells:
         if not is_test(cell):
             continue
-        _drop_warning_stderr(cell)
+        drop_warnings.preprocess_cell(cell, {}, 0)
         score, max_score = determine_grade(cell)
         rows.append(TestRow(grade_id(cell), max_score, score is not None and score >= max_score,
                             messages.get(grade_id(cell), "")))
