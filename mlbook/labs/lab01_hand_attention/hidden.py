@@ -158,8 +158,13 @@ def check_attention(attention) -> None:
         if w.shape != ref_w.shape:
             fail(what, f"weights have shape {w.shape}, expected (T_q, T_k) = {ref_w.shape}",
                  "Scores are Q @ K.T: one row per query, one column per key.")
-        if not close(w, ref_w, atol=1e-6, rtol=1e-5):
-            hint = diagnose(w, _attention_variants(Q, K, V, mask), atol=1e-6, rtol=1e-5)
+        # float32 answers are correct too: a score of size ~3000 carries a rounding error of
+        # ~3000 * 6e-8 = 2e-4 (more after d_k-term accumulation), which moves a weight by up to
+        # about that much, so low-precision results get 5e-3 on the large-score case.
+        low_precision = "float32" in str(getattr(weights, "dtype", "")) or "float16" in str(getattr(weights, "dtype", ""))
+        tol = (5e-3 if spread > 10 else 1e-5) if low_precision else 1e-6
+        if not close(w, ref_w, atol=tol, rtol=1e-5):
+            hint = diagnose(w, _attention_variants(Q, K, V, mask), atol=tol, rtol=1e-5)
             if hint is None and mask is not None and np.abs(np.nan_to_num(w[~mask])).max() > 1e-9:
                 hint = "Masked keys got weight: masked scores must be set to -inf before the softmax."
             if hint is None and not np.all(np.isfinite(w)):
@@ -168,7 +173,7 @@ def check_attention(attention) -> None:
             fail(what, f"weights differ from softmax(Q K^T / sqrt(d_k)) (rows sum to {np.round(w.sum(-1), 3).tolist()[:4]})",
                  hint or "Check the scale, the softmax axis and where the mask is applied.")
         o = as_array(out)
-        if not close(o, ref_out, atol=1e-6, rtol=1e-5):
+        if not close(o, ref_out, atol=tol * max(1.0, float(np.abs(V).max())), rtol=1e-5):
             fail(what, f"outputs (shape {o.shape}) are not weights @ V",
                  "The output of each query is the weighted average of the value rows: weights @ V, shape (T_q, d_v).")
 
