@@ -4,8 +4,9 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 WORKERS ?= 2
+SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test setup build check clean
+.PHONY: demo test setup system build check clean
 
 ## Set everything up, build the release, grade a demo class and print the results.
 demo: $(STAMP)
@@ -18,6 +19,12 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -n $(WORKERS) --dist loadgroup tests
 
 setup: $(STAMP)
+
+## Debian packages the sandbox, the PostgreSQL tests and the browser suites need (.ci/system-packages).
+system:
+	@pkgs="$$(grep -v '^#' .ci/system-packages | tr '\n' ' ')"; \
+	if dpkg -s $$pkgs >/dev/null 2>&1; then echo "system packages present"; \
+	else $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$pkgs >/dev/null; fi
 
 # torch first, from the CPU wheel pinned in pyproject: otherwise pip resolves a CUDA build.
 $(STAMP): pyproject.toml

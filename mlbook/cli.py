@@ -31,20 +31,61 @@ def cmd_build(args) -> int:
 
 
 def cmd_run(args) -> int:
-    from .execute import execute
     from .notebooks import read_nb
+    from .preprocessors import cell_failure
+    from .sandbox.plan import lab_plan
+    from .sandbox.run import execute_sandboxed
 
     course = _course(args)
     lab = course.resolve_labs([args.lab])[0]
     path = course.release(lab) if args.release else course.source(lab)
     if not path.is_file():
         raise MlbookError(f"{path.relative_to(course.root)} does not exist; run `mlbook build {lab}`")
-    run = execute(read_nb(path))
-    for index, gid, message in run.errors:
-        print(f"  cell {index} {gid or ''}: {message}")
+    _require_sandbox(args)
+    result = execute_sandboxed(read_nb(path), lab_plan(lab, course.source(lab)), _limits(args),
+                               sandboxed=not args.unsandboxed)
+    if result.error:
+        print(f"  the notebook failed as a whole: {result.error}")
+    failing = 0
+    for index, cell in enumerate(result.notebook.cells if result.notebook else []):
+        message = cell_failure(cell)
+        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")
+        verdict = result.verdicts.get(gid)
+        if verdict is not None and not verdict.passed:
+            message = f"judged: {verdict.message}"
+        if message:
+            failing += 1
+            print(f"  cell {index} {gid}: {message[:300]}")
     what = "release" if args.release else "reference solution"
-    print(f"{lab} ({what}) executed in {run.seconds:.1f} s with {len(run.errors)} failing cell(s)")
-    return 1 if run.errors and not args.release else 0
+    passed = sum(v.passed for v in result.verdicts.values())
+    print(f"{lab} ({what}) ran in the sandbox in {result.seconds:.1f} s: {failing} failing cell(s), "
+          f"{passed}/{len(result.verdicts)} test cells judged passing")
+    return 1 if (failing or result.error) and not args.release else 0
+
+
+def _limits(args):
+    from .sandbox.limits import GiB, Limits
+
+    changes = {k: v for k, v in (("cell_seconds", getattr(args, "cell_timeout", None)),
+                                 ("notebook_seconds", getattr(args, "time_budget", None)),
+                                 ("memory_bytes", int(args.memory_gib * GiB) if getattr(args, "memory_gib", None) else None))
+               if v}
+    return Limits().with_(**changes)
+
+
+def _require_sandbox(args) -> None:
+    from .sandbox import bwrap
+
+    if not args.unsandboxed and (problem := bwrap.problem()):
+        raise MlbookError(f"cannot start the grading sandbox: {problem}")
+
+
+def _sandbox_options(s) -> None:
+    s.add_argument("--unsandboxed", action="store_true",
+                   help="run student code without the sandbox (only if you trust every submission)")
+    s.add_argument("--cell-timeout", type=int, help="seconds per cell before it is interrupted (default 120)")
+    s.add_argument("--time-budget", type=int, help="seconds for a whole notebook (default 600)")
+    s.add_argument("--memory-gib", type=float, help="address space per process in GiB (default 6)")
 
 
 def cmd_check(args) -> int:
@@ -62,16 +103,21 @@ def cmd_check(args) -> int:
 
 
 def cmd_autograde(args) -> int:
-    from .grading import autograde
+    from .grading import GradingOptions, autograde
 
     course = _course(args)
+    options = GradingOptions(workers=args.workers, scheduler=args.scheduler, limits=_limits(args),
+                             sandboxed=not args.unsandboxed)
     errors = 0
     for lab in course.resolve_labs(args.labs):
-        run = autograde(course, lab, args.student or None, force=args.force, progress=not args.quiet)
+        run = autograde(course, lab, args.student or None, force=args.force, progress=not args.quiet, options=options)
+        for attempt in run.attempts:
+            if attempt.warning:
+                print(f"{lab}/{attempt.student}: warning: {attempt.warning}")
         for attempt in run.errors:
             print(f"{lab}/{attempt.student}: ERROR: {attempt.reason}")
         print(f"{lab}: graded {len(run.attempts) - len(run.errors)}, errors {len(run.errors)}, "
-              f"skipped (already graded) {len(run.skipped)}")
+              f"skipped (already graded) {len(run.skipped)}" + (f" in {run.seconds:.0f} s" if run.attempts else ""))
         errors += len(run.errors)
     return 1 if errors else 0
 
@@ -87,11 +133,41 @@ def cmd_feedback(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from .export import export_csv
+    from .export import export_canvas_csv, export_csv, export_nbgrader_csv
 
     course = _course(args)
-    path = export_csv(course, course.resolve_labs(args.labs), Path(args.output) if args.output else None)
-    print(f"wrote {path}")
+    labs = course.resolve_labs(args.labs)
+    canvas_ids = {}
+    for pair in args.canvas_id or []:
+        lab, _, number = pair.partition("=")
+        if not number.strip().isdigit():
+            raise MlbookError(f"--canvas-id {pair!r}: write LAB=NUMBER, e.g. lab01=12345 (the number in the "
+                              "assignment's Canvas address)")
+        canvas_ids[course.resolve_labs([lab])[0]] = number.strip()
+    path = export_csv(course, labs, Path(args.output) if args.output else None)
+    for written in (path, export_nbgrader_csv(course, labs, path.with_name("nbgrader.csv")),
+                    export_canvas_csv(course, labs, path.with_name("canvas.csv"), canvas_ids)):
+        print(f"wrote {written}")
+    return 0
+
+
+def cmd_report(args) -> int:
+    from .report import write_report
+
+    course = _course(args)
+    start = time.perf_counter()
+    path = write_report(course, course.resolve_labs(args.labs), Path(args.output) if args.output else None)
+    print(f"wrote {path} ({time.perf_counter() - start:.1f} s); it opens offline in any browser")
+    return 0
+
+
+def cmd_release(args) -> int:
+    from .release_zip import write_release_zip
+
+    course = _course(args)
+    for lab in course.resolve_labs(args.labs):
+        path = write_release_zip(course, lab, Path(args.output) / f"{lab}.zip" if args.output else None)
+        print(f"wrote {path} (upload it to the LMS for students)")
     return 0
 
 
@@ -133,9 +209,10 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("labs", nargs="*", help="labs to build (default: all), e.g. lab01")
     s.set_defaults(func=cmd_build)
 
-    s = sub.add_parser("run", help="execute a lab's reference solution (or --release) and time it")
+    s = sub.add_parser("run", help="run a lab's reference solution (or --release) in the grading sandbox, judge it, time it")
     s.add_argument("lab")
     s.add_argument("--release", action="store_true", help="run the student version instead")
+    _sandbox_options(s)
     s.set_defaults(func=cmd_run)
 
     s = sub.add_parser("check", help="instructor lint: metadata, points, release clean and in sync")
@@ -147,6 +224,9 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--student", action="append", help="only this student (repeatable)")
     s.add_argument("--force", action="store_true", help="regrade students already graded")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
+    s.add_argument("--workers", type=int, help="submissions graded at once (default: one per core)")
+    s.add_argument("--scheduler", help="grade on a Dask cluster: the scheduler's address (tcp://host:8786)")
+    _sandbox_options(s)
     s.set_defaults(func=cmd_autograde)
 
     s = sub.add_parser("feedback", help="write feedback pages for graded (and failed) submissions")
@@ -154,10 +234,22 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--student", action="append")
     s.set_defaults(func=cmd_feedback)
 
-    s = sub.add_parser("export", help="write the grades CSV (with a status column)")
+    s = sub.add_parser("export", help="write grades.csv (with a status column), nbgrader.csv and canvas.csv")
     s.add_argument("labs", nargs="*")
-    s.add_argument("-o", "--output", help="CSV path (default: exports/grades.csv)")
+    s.add_argument("-o", "--output", help="grades CSV path (default: exports/grades.csv); the others go beside it")
+    s.add_argument("--canvas-id", action="append", metavar="LAB=ID",
+                   help="the Canvas assignment id of a lab, for canvas.csv's column header (repeatable)")
     s.set_defaults(func=cmd_export)
+
+    s = sub.add_parser("report", help="write the HTML report for TAs and instructors (exports/report.html)")
+    s.add_argument("labs", nargs="*")
+    s.add_argument("-o", "--output", help="HTML path (default: exports/report.html, or report-<lab>.html)")
+    s.set_defaults(func=cmd_report)
+
+    s = sub.add_parser("release", help="write the zip students get from the LMS (exports/release/<lab>.zip)")
+    s.add_argument("labs", nargs="*")
+    s.add_argument("-o", "--output", help="folder for the zips (default: exports/release/)")
+    s.set_defaults(func=cmd_release)
 
     s = sub.add_parser("validate", help="run a notebook's visible tests; non-zero exit on failure")
     s.add_argument("notebook")

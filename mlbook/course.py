@@ -12,6 +12,7 @@ Conventions:
 
 from __future__ import annotations
 
+import functools
 import re
 import shutil
 from dataclasses import dataclass
@@ -96,7 +97,10 @@ class Course:
 
     @property
     def db_url(self) -> str:
-        return f"sqlite:///{self.root / 'gradebook.db'}"
+        """The gradebook: ``CourseDirectory.db_url`` from the course's nbgrader config when set
+        (e.g. a PostgreSQL server the TAs share), else ``gradebook.db`` in the course folder."""
+        configured = _configured_db_url(self.config, self.config.stat().st_mtime if self.config.is_file() else 0)
+        return configured or f"sqlite:///{self.root / 'gradebook.db'}"
 
     def students(self, lab: str | None = None) -> list[str]:
         """Students with a submission folder (for ``lab`` when given)."""
@@ -119,3 +123,14 @@ class Course:
             target.mkdir(parents=True, exist_ok=True)
             shutil.copy2(self.source(lab), target / f"{lab}.ipynb")
         return Course(dest)
+
+
+@functools.lru_cache(maxsize=32)
+def _configured_db_url(config: Path, mtime: float) -> str | None:
+    if not config.is_file():
+        return None
+    from traitlets.config.loader import PyFileConfigLoader
+
+    loaded = PyFileConfigLoader(config.name, path=str(config.parent)).load_config()
+    url = loaded.get("CourseDirectory", {}).get("db_url")
+    return str(url) if url else None

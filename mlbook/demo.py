@@ -2,7 +2,8 @@
 
 Builds every lab, creates a demo class under ``submitted/`` (students ``demo-*`` only, so a
 real class beside it is never touched), autogrades it into the sqlite gradebook, writes
-feedback and the grades CSV, and prints a student x lab table.
+feedback and the grades CSV, prints a student x lab table, and ends by writing the HTML report
+of the demo class (``exports/demo-report.html``, demo students only).
 
 The demo class, per lab:
   demo-ada   the reference solution            demo-ben   the untouched release
@@ -22,6 +23,7 @@ from .course import Course
 from .export import export_csv
 from .feedback import generate_feedback
 from .grading import autograde
+from .report import write_report
 from .results import collect
 from .status import ERROR, GRADED
 from .table import render
@@ -93,6 +95,8 @@ def run_demo(course: Course, labs: list[str], echo=print) -> int:
         echo(f"  {r.student} / {lab}: ERROR: {r.reason}")
     echo("")
     echo(f"grades CSV: {csv_path.relative_to(course.root)}   feedback: feedback/<student>/<lab>/<lab>.html")
+    report = write_report(course, labs, course.exports_dir / "demo-report.html", list(STUDENTS))
+    echo(f"report   {report.relative_to(course.root)} (open it in a browser; it works offline)")
     echo(f"demo finished in {time.perf_counter() - start:.0f} s")
     bad = [lab for lab in labs if results[lab]["demo-ada"].status != GRADED or any(
         not c.passed for c in results[lab]["demo-ada"].auto_cells.values())]

@@ -6,6 +6,8 @@ all for every lab. No rule executes a notebook.
 
 from __future__ import annotations
 
+import nbformat
+
 import json
 import re
 from pathlib import Path
@@ -180,9 +182,30 @@ def catalogue_names_real_cells(course: Course, lab: str, source: NotebookNode) -
     return problems
 
 
+def every_test_is_judged(course: Course, lab: str, source: NotebookNode) -> list[str]:
+    """Every test cell is decided by the judge: replayed, and (when visible) covered by hidden
+    cells; every covering cell is a hidden test cell of this lab (mlbook.sandbox.plan)."""
+    from .sandbox.plan import plan_from_text
+
+    plan = plan_from_text(lab, nbformat.writes(source))
+    problems = []
+    for gid, cell in plan.cells.items():
+        hidden = BEGIN_HIDDEN in cell.source
+        if not hidden and not cell.covered_by:
+            problems.append(f"visible test cell {gid!r} is covered by no hidden test cell (COVERED_BY or {gid}_hidden)")
+        if not cell.replayed and not cell.covered_by:
+            problems.append(f"test cell {gid!r} is NOT_REPLAYED and covered by nothing: nothing would decide it")
+        for other in cell.covered_by:
+            if other not in plan.cells or BEGIN_HIDDEN not in plan.cells[other].source:
+                problems.append(f"{gid!r} is covered by {other!r}, which is not a hidden test cell of {lab}")
+    return problems
+
+
 def helpers_hold_no_solutions(course: Course, lab: str, source: NotebookNode) -> list[str]:
-    """No solution line of this lab appears in the student-facing helpers package."""
-    helpers = "\n".join(p.read_text() for p in (course.root / "mlbook_helpers").rglob("*.py"))
+    """No solution line of this lab appears in what the sandbox can read: the student-facing
+    helpers and the kernel side of the judge (mlbook_probe)."""
+    helpers = "\n".join(p.read_text() for pkg in ("mlbook_helpers", "mlbook_probe")
+                        for p in (course.root / pkg).rglob("*.py"))
     problems = []
     for gid, cell in iter_nbgrader_cells(source):
         for block in _blocks(cell.source, BEGIN_SOLUTION, END_SOLUTION):
@@ -193,6 +216,56 @@ def helpers_hold_no_solutions(course: Course, lab: str, source: NotebookNode) ->
     return problems
 
 
+def release_zip_is_exact(course: Course, lab: str, source: NotebookNode) -> list[str]:
+    """The LMS zip holds exactly the release notebook and what it needs (see ``mlbook.release_zip``).
+
+    Checks ``exports/release/<lab>.zip`` when it exists (a stale or hand-edited zip is a
+    problem), otherwise the zip ``mlbook release`` would write: no member outside the expected
+    set, none missing or different, no grader path or import, no solution or hidden-test text.
+    """
+    import io
+    import zipfile
+
+    from .release_zip import GRADER, default_path, expected_files, imports_of, zip_bytes
+
+    if not course.release(lab).is_file():
+        return []  # release_is_clean already says so
+    expected = expected_files(course, lab)
+    path = default_path(course, lab)
+    where = path.relative_to(course.root).as_posix() if path.is_file() else "the zip `mlbook release` writes"
+    with zipfile.ZipFile(path if path.is_file() else io.BytesIO(zip_bytes(expected))) as archive:
+        held = {name: archive.read(name) for name in archive.namelist()}
+    problems = [f"{where} holds {n}, which students do not need" for n in held if n not in expected]
+    problems += [f"{where} lacks {n}" for n in expected if n not in held]
+    problems += [f"{where}: {n} is not the course's current copy; run `mlbook release {lab}`"
+                 for n in held if n in expected and held[n] != expected[n]]
+    for name, data in held.items():
+        parts = name.split("/")
+        if {"source", GRADER, "autograded", "submitted", "feedback"} & set(parts[:-1]):
+            problems.append(f"{where} holds {name}: course or grader files never go to students")
+        text = data.decode("utf-8", errors="replace")
+        problems += [f"{where}: {name} contains {marker!r}" for marker in
+                     (BEGIN_SOLUTION, END_SOLUTION, BEGIN_HIDDEN, END_HIDDEN, "Rubric (TA only)", "mlbook.labs")
+                     if marker in text]
+        code = _code_in(name, text)
+        if code and any(m.split(".")[0] == GRADER for m in imports_of(code)[0]):
+            problems.append(f"{where}: {name} imports the grader package {GRADER!r}, which students do not have")
+    return problems
+
+
+def _code_in(name: str, text: str) -> str:
+    """The Python code of a zip member: a module's text, or a notebook's code cells ('' otherwise)."""
+    if name.endswith(".py"):
+        return text
+    if not name.endswith(".ipynb"):
+        return ""
+    try:
+        cells = json.loads(text).get("cells", [])
+    except ValueError:  # not a notebook: the comparison with the release already reports it
+        return ""
+    return "\n".join("".join(c.get("source", "")) for c in cells if c.get("cell_type") == "code")
+
+
 RULES: list[Rule] = [
     unique_grade_ids,
     points_are_declared,
@@ -200,10 +273,12 @@ RULES: list[Rule] = [
     answers_have_solutions,
     tests_are_tests,
     every_graded_function_has_hidden_test,
+    every_test_is_judged,
     release_is_clean,
     release_in_sync,
     catalogue_names_real_cells,
     helpers_hold_no_solutions,
+    release_zip_is_exact,
 ]
 
 

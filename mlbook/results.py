@@ -39,6 +39,7 @@ class SubmissionResult:
     reason: str = ""
     seconds: float = 0.0
     cells: dict[str, CellResult] = field(default_factory=dict)
+    warning: str = ""  # graded, but a TA should know (e.g. a renamed notebook)
 
     @property
     def score(self) -> float:
@@ -72,7 +73,8 @@ def collect(course: Course, lab: str, students: list[str] | None = None) -> list
     with Gradebook(course.db_url) as gb:
         for student in students:
             attempt = store.get(lab, student)
-            result = SubmissionResult(lab, student, attempt.status, attempt.reason, attempt.seconds)
+            result = SubmissionResult(lab, student, attempt.status, attempt.reason, attempt.seconds,
+                                      warning=attempt.warning)
             if attempt.status == GRADED:
                 try:
                     submission = gb.find_submission(lab, student)
@@ -83,7 +85,9 @@ def collect(course: Course, lab: str, students: list[str] | None = None) -> list
                     for notebook in submission.notebooks:
                         for grade in notebook.grades:
                             if grade.cell_type == "markdown":  # a written answer: pending until a TA grades it
-                                cell = CellResult(grade.name, "manual", grade.manual_score, float(grade.max_score))
+                                # (an answer left untouched gets 0 from nbgrader and needs no TA)
+                                score = grade.manual_score if grade.needs_manual_grade else grade.score
+                                cell = CellResult(grade.name, "manual", score, float(grade.max_score))
                             else:
                                 cell = CellResult(grade.name, "auto", float(grade.score), float(grade.max_score),
                                                   messages.get(grade.name, ""))

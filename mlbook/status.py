@@ -10,8 +10,9 @@ loses at most the student it was grading.
 from __future__ import annotations
 
 import json
+import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 GRADED, ERROR, MISSING = "graded", "error", "missing"
@@ -25,6 +26,8 @@ class Attempt:
     reason: str = ""
     seconds: float = 0.0
     finished_at: float = 0.0
+    warning: str = ""  # graded, but a TA should know (e.g. a renamed notebook)
+    timings: dict = field(default_factory=dict)  # where the seconds went (start-up, kernel, ..., recording)
 
 
 class StatusStore:
@@ -33,7 +36,8 @@ class StatusStore:
         self._entries: dict[str, Attempt] = {}
         if path.is_file():
             for key, value in json.loads(path.read_text() or "{}").items():
-                self._entries[key] = Attempt(**value)
+                known = {k: v for k, v in value.items() if k in Attempt.__dataclass_fields__}
+                self._entries[key] = Attempt(**known)
 
     @staticmethod
     def _key(lab: str, student: str) -> str:
@@ -47,5 +51,8 @@ class StatusStore:
         self._entries[self._key(attempt.lab, attempt.student)] = attempt
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(f".{self.path.name}.tmp")
-        tmp.write_text(json.dumps({k: asdict(v) for k, v in sorted(self._entries.items())}, indent=1))
+        with open(tmp, "w") as f:
+            f.write(json.dumps({k: asdict(v) for k, v in sorted(self._entries.items())}, indent=1))
+            f.flush()
+            os.fsync(f.fileno())
         tmp.replace(self.path)

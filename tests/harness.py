@@ -3,12 +3,13 @@
 For one lab, in a scratch course: the committed release is filled with the reference
 solution (student ``reference``), left untouched (``untouched``), filled with each mutant
 (``mutant-<name>``) and each alternative (``alt-<name>``), plus any extra submissions a test
-asks for; then ``mlbook.grading.autograde`` grades them all in one nbgrader process.
+asks for; then ``mlbook.grading.autograde`` grades them all (sandboxed, verdicts outside the kernel).
 Graded labs are cached per test worker, so every test of a lab reads the same run.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Callable
 from mlbook import submissions
 from mlbook.catalogue import Catalogue, load_catalogue
 from mlbook.course import Course
-from mlbook.grading import autograde
+from mlbook.grading import GradingOptions, autograde
 from mlbook.results import SubmissionResult, collect
 
 REPO = Course(Path(__file__).resolve().parents[1])
@@ -67,7 +68,9 @@ def grade_lab(lab: str, root: Path) -> GradedLab:
                            submissions.reference(course, lab, alternative.cells))
     for student, place in EXTRAS.get(lab, {}).items():
         place(course, student, lab)
-    autograde(course, lab, force=True, progress=False)
+    # pytest-xdist already keeps both cores busy with one lab each: one sandbox per test worker.
+    workers = int(os.environ.get("MLBOOK_TEST_WORKERS", "1"))
+    autograde(course, lab, force=True, progress=False, options=GradingOptions(workers=workers))
     return load_graded(lab, root)
 
 

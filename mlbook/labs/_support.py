@@ -17,7 +17,11 @@ import numpy as np
 
 from mlbook_helpers.checks import Misconception, as_array
 
-__all__ = ["fresh_rng", "diagnose", "fail", "close", "call_student"]
+from mlbook_probe.wire import WireError
+
+from ..sandbox.remote import RemoteError, helper
+
+__all__ = ["fresh_rng", "diagnose", "fail", "close", "call_student", "helper", "RemoteError"]
 
 
 def fresh_rng() -> np.random.Generator:
@@ -65,11 +69,13 @@ def call_student(fn: Callable, *args: Any, what: str, **kwargs: Any) -> Any:
     """Call a student's function; turn a crash into a message that says which call failed."""
     try:
         return fn(*args, **kwargs)
-    except NotImplementedError:
-        fail(what, "not implemented yet", "Replace `raise NotImplementedError()` with your code.")
-    except Misconception:
-        raise
+    except (Misconception, WireError, EOFError, OSError, TimeoutError):
+        raise  # a verdict, or the kernel went away: not the student's exception
     except Exception as exc:  # the student's error, reported without the grader's traceback
-        shapes = ", ".join(str(getattr(a, "shape", type(a).__name__)) for a in args)
-        fail(what, f"raised {type(exc).__name__}: {exc} (called with arguments of shape {shapes})",
+        # In a sandboxed check the student's exception arrives as a RemoteError.
+        kind, text = (exc.type_name, exc.message) if isinstance(exc, RemoteError) else (type(exc).__name__, str(exc))
+        if kind == "NotImplementedError":
+            fail(what, "not implemented yet", "Replace `raise NotImplementedError()` with your code.")
+        shapes = ", ".join(str(tuple(getattr(a, "shape", ())) if hasattr(a, "shape") else type(a).__name__) for a in args)
+        fail(what, f"raised {kind}: {text} (called with arguments of shape {shapes})",
              "Check that your code works for other shapes than the lesson's (T_q != T_k, other d_k).")

@@ -1,0 +1,138 @@
+"""Benchmark: plain sequential ``nbgrader autograde`` against ``mlbook autograde`` on one class.
+
+    .venv/bin/python benchmarks/grade_class.py [--workers N] [--per-kind 1] [--keep DIR]
+
+Builds a synthetic class over all six labs (per lab: a correct submission, a partly wrong one
+from the lab's misconception catalogue, a broken one (truncated JSON) and a slow one (correct,
+with an 8 s pause); ``--per-kind`` copies of each, 24 notebooks at 1), copies it into two
+identical courses, and grades one with plain nbgrader (one ``nbgrader autograde <lab>`` per
+lab, hidden tests in the kernel, unsandboxed) and the other with ``mlbook autograde``
+(sandboxed, verdicts outside the kernel, parallel). Prints both wall times and their ratio,
+where a notebook's time goes in mlbook's run, and the peak memory of each run. The grades of
+the two runs are compared too: they must agree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from mlbook import submissions  # noqa: E402
+from mlbook.catalogue import load_catalogue  # noqa: E402
+from mlbook.course import Course  # noqa: E402
+from mlbook.notebooks import grade_id, is_answer, read_nb, reference_answers  # noqa: E402
+
+BIN = Path(sys.executable).parent
+SLOW = "\nimport time\ntime.sleep(8)  # a slow but correct submission\n"
+MEASURE = ("import resource, subprocess, sys\n"
+           "code = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode\n"
+           "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, code)\n")
+
+
+def make_course(root: Path, per_kind: int) -> Course:
+    repo = Course(REPO)
+    course = repo.scratch_copy(root, repo.labs())
+    for lab in repo.labs():
+        course.release(lab).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(repo.release(lab), course.release(lab))
+        mutant = load_catalogue(lab).mutants[0]
+        source = read_nb(course.source(lab))
+        first_answer = next(grade_id(c) for c in source.cells if is_answer(c) and c.cell_type == "code")
+        answers = reference_answers(source)
+        for i in range(per_kind):
+            submissions.submit(course, f"correct-{i}", lab, submissions.reference(course, lab))
+            submissions.submit(course, f"partly-wrong-{i}", lab, submissions.reference(course, lab, mutant.cells))
+            submissions.submit(course, f"broken-{i}", lab, raw=submissions.corrupt_text(course, lab))
+            slow = answers[first_answer] + SLOW
+            submissions.submit(course, f"slow-{i}", lab, submissions.reference(course, lab, {first_answer: slow}))
+    return course
+
+
+def timed(command: list[str], cwd: Path, env: dict) -> tuple[float, int]:
+    """Wall seconds and peak resident memory (KiB, largest process) of ``command``."""
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", MEASURE, *command], cwd=cwd, env=env, capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    maxrss, _ = done.stdout.split()
+    return seconds, int(maxrss)
+
+
+def gradebook_scores(course: Course) -> dict:
+    """(lab, student) -> autograded score, as the gradebook holds it."""
+    import mlbook.nbgrader_env  # noqa: F401 (PATH for nbgrader's helper programs)
+    from nbgrader.api import Gradebook
+
+    with Gradebook(course.db_url) as gb:
+        return {(a.name, s.student.id): round(s.code_score, 3) for a in gb.assignments for s in a.submissions}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)) + 1,
+                        help="mlbook's parallel sandboxes (default: cores + 1: kernels wait on I/O at start)")
+    parser.add_argument("--per-kind", type=int, default=1)
+    parser.add_argument("--keep", type=Path, help="keep the two graded courses in this folder")
+    args = parser.parse_args()
+    work = args.keep or Path(tempfile.mkdtemp(prefix="mlbook-bench-"))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+
+    plain = make_course(work / "plain", args.per_kind)
+    mine = Course(work / "mlbook")
+    shutil.copytree(plain.root, mine.root)
+    labs = plain.labs()
+    notebooks = sum(len(plain.students(lab)) for lab in labs)
+    print(f"class: {notebooks} notebooks over {len(labs)} labs ({args.per_kind} of each kind per lab); "
+          f"{len(os.sched_getaffinity(0))} cores")
+    for course in (plain, mine):  # register every lab first: not part of either timing
+        for lab in labs:
+            subprocess.run([BIN / "nbgrader", "generate_assignment", lab, "--force", "--log-level=ERROR"],
+                           cwd=course.root, env=env, check=True, capture_output=True)
+
+    plain_s, plain_rss, plain_max = 0.0, 0, 0
+    for lab in labs:
+        seconds, rss = timed([str(BIN / "nbgrader"), "autograde", lab, "--force", "--log-level=ERROR"], plain.root, env)
+        plain_s += seconds
+        plain_max = max(plain_max, rss)
+        print(f"  plain nbgrader autograde {lab}: {seconds:6.1f} s")
+    mine_s, mine_max = timed([str(BIN / "mlbook"), "--course", str(mine.root), "autograde", "--force", "--quiet",
+                              "--workers", str(args.workers)], mine.root, env)
+
+    print(f"\nwall time, whole class: plain nbgrader {plain_s:.1f} s, mlbook autograde "
+          f"(sandboxed, {args.workers} workers) {mine_s:.1f} s")
+    print(f"ratio (plain / mlbook): {plain_s / mine_s:.2f}x throughput")
+    print(f"per notebook: plain {plain_s / notebooks:.2f} s, mlbook {mine_s / notebooks:.2f} s (wall / notebooks)")
+    print(f"peak resident memory of one process: plain {plain_max / 1024:.0f} MiB, mlbook {mine_max / 1024:.0f} MiB")
+
+    status = json.loads(mine.status_file.read_text())
+    parts: dict[str, list[float]] = {}
+    for entry in status.values():
+        for part, seconds in (entry.get("timings") or {}).items():
+            parts.setdefault(part, []).append(seconds)
+    print("\nwhere a notebook's time goes in mlbook's run (median seconds over the notebooks that ran):")
+    for part, values in parts.items():
+        print(f"  {part:18s} {statistics.median(values):6.2f}")
+
+    a, b = gradebook_scores(plain), gradebook_scores(mine)
+    differ = {k: (a.get(k), b.get(k)) for k in set(a) | set(b)
+              if a.get(k) != b.get(k) and not k[1].startswith("broken")}  # a broken file: an error in mlbook
+    print(f"\ngrades that differ between the two runs (broken submissions aside): {len(differ)}")
+    for key, pair in sorted(differ.items()):
+        print(f"  {key}: plain {pair[0]}, mlbook {pair[1]}")
+    if not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

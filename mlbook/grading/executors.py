@@ -1,0 +1,111 @@
+"""Step 2 of grading: run prepared notebooks in sandboxes, here or on a cluster.
+
+An executor takes ``Task``s (plain data: the notebook, the lab's source notebook text, the
+limits) and yields ``(task, SandboxResult)`` as each finishes, in completion order. Executors
+never touch the course folder or the gradebook; recording stays with the caller (one writer).
+- ``LocalExecutor(workers)``: threads in this process, each driving one sandbox at a time (the
+  notebooks run in their own processes, so threads are enough); one sandbox user per slot.
+- ``DaskExecutor(address)``: an existing Dask distributed cluster; each worker needs only this
+  project installed (and bubblewrap). The judge runs on the worker, beside its sandbox.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import tempfile
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import nbformat
+
+from ..sandbox.limits import Limits
+from ..sandbox.plan import LabPlan, plan_from_text
+from ..sandbox.run import SandboxResult, execute_sandboxed
+
+
+@dataclass
+class Task:
+    lab: str
+    student: str
+    key: str
+    notebook_json: str
+    source_json: str  # the lab's source notebook: the judge's trusted cell plans come from it
+    limits: Limits
+    sandboxed: bool = True
+
+
+class _Slots:
+    """Slot numbers for concurrent sandboxes on this machine (each slot is its own sandbox user,
+    so per-user process limits never add up). A slot is held by an exclusive lock on a file, so
+    threads, processes and Dask workers on one machine never share one."""
+
+    def __init__(self, folder: Path = Path(tempfile.gettempdir()) / "mlbook-sandbox-slots", count: int = 1024):
+        self.folder, self.count = folder, count
+
+    def take(self) -> tuple[int, int]:
+        self.folder.mkdir(mode=0o700, exist_ok=True)
+        for slot in range(self.count):
+            fd = os.open(self.folder / f"{slot}.lock", os.O_CREAT | os.O_RDWR, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return slot, fd
+            except OSError:
+                os.close(fd)
+        raise RuntimeError(f"more than {self.count} sandboxes at once on this machine")
+
+    def give(self, held: tuple[int, int]) -> None:
+        os.close(held[1])  # closing the descriptor releases the lock
+
+
+_SLOTS = _Slots()
+
+
+def run_task(task: Task) -> SandboxResult:
+    """Execute one task (the unit of work on any executor)."""
+    plan: LabPlan = plan_from_text(task.lab, task.source_json)
+    held = _SLOTS.take()
+    try:
+        return execute_sandboxed(nbformat.reads(task.notebook_json, as_version=4), plan, task.limits, slot=held[0],
+                                 sandboxed=task.sandboxed)
+    finally:
+        _SLOTS.give(held)
+
+
+class LocalExecutor:
+    def __init__(self, workers: int = 1):
+        self.workers = max(1, workers)
+
+    def run(self, tasks: Iterable[Task]) -> Iterator[tuple[Task, SandboxResult]]:
+        tasks = list(tasks)
+        if self.workers == 1:
+            for task in tasks:
+                yield task, run_task(task)
+            return
+        with ThreadPoolExecutor(self.workers, thread_name_prefix="sandbox") as pool:
+            pending = {pool.submit(run_task, t): t for t in tasks}
+            while pending:
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    yield pending.pop(future), future.result()
+
+
+class DaskExecutor:
+    def __init__(self, address: str):
+        from distributed import Client
+
+        self.client = Client(address, timeout="30s")
+
+    def run(self, tasks: Iterable[Task]) -> Iterator[tuple[Task, SandboxResult]]:
+        from distributed import as_completed
+
+        tasks = list(tasks)
+        futures = {self.client.submit(run_task, t, pure=False, key=f"mlbook-{t.lab}-{t.student}-{t.key[:12]}"): t
+                   for t in tasks}
+        for future in as_completed(futures):
+            yield futures[future], future.result()
+
+    def close(self) -> None:
+        self.client.close()

@@ -1,0 +1,109 @@
+"""Step 3 of grading, in one process only: record a sandbox result in nbgrader's gradebook.
+
+Recording is nbgrader's own autograder with one part swapped: ``SandboxedExecute`` takes the
+place of nbgrader's ``Execute``. It does not start a kernel; it takes the result the sandbox
+already produced for this exact notebook (``Job.key``) and copies its outputs in, with the test
+cells' outputs set from the judge's verdicts (``verdicts.apply``). nbgrader then scores the
+cells, writes the gradebook and the autograded notebook as usual.
+
+Writes are atomic per submission: nbgrader writes into ``autograded/.staging``; only a complete
+result is moved into ``autograded/<student>/<lab>``, and the status file says ``graded`` after
+that. A run killed at any point leaves either the old result or the new one, and a rerun
+grades whatever is not marked graded.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+from pathlib import Path
+
+from nbgrader.preprocessors import NbGraderPreprocessor
+
+from ..course import Course
+from ..nbgrader_env import api_for, failure_reason, in_course
+from ..sandbox.plan import lab_plan
+from ..sandbox.run import SandboxResult
+from . import verdicts
+from .prepare import job_key
+
+STAGING = "autograded/.staging"
+
+# Results handed from the executors to SandboxedExecute, by job key (one writer process).
+_results: dict[str, SandboxResult] = {}
+_results_lock = threading.Lock()
+
+
+class SubmissionFailed(Exception):
+    """The submission failed as a whole; the message is the reason."""
+
+
+class SandboxedExecute(NbGraderPreprocessor):
+    """nbgrader's Execute, replaced: the outputs come from the sandbox, the verdicts from the judge."""
+
+    def preprocess(self, nb, resources):
+        lab = resources["nbgrader"]["assignment"]
+        with _results_lock:
+            result = _results.pop(job_key(nb), None)
+        if result is None:
+            raise SubmissionFailed("no sandbox result for this notebook (it changed after it was prepared)")
+        if result.error:
+            raise SubmissionFailed(result.error)
+        plan = lab_plan(lab, Path.cwd() / "source" / lab / f"{lab}.ipynb")
+        nb = verdicts.apply(nb, result.notebook, plan, result.verdicts)
+        return nb, resources
+
+
+def recording_api(course: Course):
+    """An nbgrader API whose autograder runs SandboxedExecute and writes into the staging folder."""
+    from nbconvert.preprocessors import ClearMetadataPreprocessor
+    from nbgrader.apps import NbGraderAPI
+    from nbgrader.preprocessors import AssignLatePenalties, CheckCellMetadata, IgnorePattern, LimitOutput, SaveAutoGrades
+
+    api = api_for(course)
+    config = api.config
+    config.CourseDirectory.autograded_directory = STAGING
+    config.Autograde.autograde_preprocessors = [SandboxedExecute, IgnorePattern, ClearMetadataPreprocessor,
+                                                LimitOutput, SaveAutoGrades, AssignLatePenalties, CheckCellMetadata]
+    recorded = NbGraderAPI(config=config)
+    recorded.log = api.log
+    return recorded
+
+
+def record(course: Course, api, lab: str, student: str, key: str, result: SandboxResult) -> str | None:
+    """Record one result; returns None on success, else the reason it failed."""
+    with _results_lock:
+        _results[key] = result
+    staged = course.root / STAGING / student / lab
+    try:
+        with in_course(course):
+            outcome = api.autograde(lab, student, force=True, create=True)
+    except Exception as exc:  # nbgrader raised instead of reporting: still only this student
+        outcome = {"success": False, "error": f"{type(exc).__name__}: {exc}"}
+    finally:
+        with _results_lock:
+            _results.pop(key, None)
+    if not outcome.get("success") or not (staged / f"{lab}.ipynb").is_file():
+        shutil.rmtree(staged, ignore_errors=True)
+        return result.error or _reason(outcome)
+    publish(staged, course.autograded(student, lab).parent)
+    return None
+
+
+def _reason(outcome: dict) -> str:
+    text = outcome.get("log", "") + "\n" + outcome.get("error", "")
+    for line in reversed(text.splitlines()):
+        if "SubmissionFailed" in line:
+            return line.split("SubmissionFailed:", 1)[-1].strip()[:300]
+    return failure_reason(outcome)
+
+
+def publish(staged: Path, final: Path) -> None:
+    """Move a complete autograded folder into place (rename: never half there)."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    old = final.with_name(f".{final.name}.old-{os.getpid()}")
+    if final.exists():
+        os.replace(final, old)
+    os.replace(staged, final)
+    shutil.rmtree(old, ignore_errors=True)

@@ -1,0 +1,190 @@
+"""One submission end to end: judge up, notebook run in the sandbox, results collected.
+
+``execute_sandboxed`` is a pure function of (notebook, lab, limits, slot): it touches no course
+folder and no gradebook, so it runs the same in the grader's process, in a local worker pool
+or on a Dask worker. What it returns is split by trust:
+- ``notebook``: the executed notebook as the sandbox returned it (untrusted: its outputs are
+  shown to the student and can only lower a score);
+- ``verdicts``: decided by the judge in this process (trusted);
+- ``error``: why the submission failed as a whole, if it did (time budget, dead kernel,
+  unreadable result), in words a TA and the student can act on.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+from nbformat import NotebookNode
+
+from . import bwrap
+from .judge import Judge, Verdict
+from .limits import Limits
+from .plan import LabPlan
+
+
+@dataclass
+class SandboxResult:
+    notebook: NotebookNode | None
+    verdicts: dict[str, Verdict]
+    error: str | None = None
+    seconds: float = 0.0
+    log: str = ""  # the sandbox's own stderr, for a TA (capped)
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def execute_sandboxed(nb: NotebookNode, plan: LabPlan, limits: Limits = Limits(), slot: int = 0,
+                      sandboxed: bool = True) -> SandboxResult:
+    """Run ``nb`` top to bottom in a fresh sandboxed kernel; judge its test cells here.
+
+    Args:
+        nb: the notebook to run (nbgrader's sanitized submission).
+        plan: the lab's trusted test-cell plans (``plan.lab_plan``).
+        limits: the caps (``Limits``).
+        slot: the parallel slot, which picks the sandbox user id.
+        sandboxed: False runs the kernel without bubblewrap (a TA's explicit opt-out); the
+            verdicts are still decided here.
+    """
+    start, spawned = time.perf_counter(), time.time()
+    scratch = Path(tempfile.mkdtemp(prefix="mlbook-sandbox-"))
+    try:
+        submission = scratch / "submission.ipynb"
+        submission.write_text(nbformat.writes(instrument(nb, plan)))
+        submission.chmod(0o644)
+        sock = scratch / "judge.sock"
+        with Judge(plan, sock, call_timeout=limits.cell_seconds + 30) as judge:
+            raw, error, log = _run_runner(submission, sock, limits, slot, sandboxed)
+            judge.close(wait=5.0)
+            verdicts = dict(judge.verdicts)
+            judged = judge.seconds
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    executed, read_error = _read_result(raw, nb, limits)
+    error = error or read_error
+    if executed is not None and not error:
+        error = (executed.metadata.get("mlbook_sandbox") or {}).get("error") or None
+        error = str(error)[:500] if error else None
+    timings = _timings(executed, spawned, time.time(), judged)
+    return SandboxResult(executed, verdicts, error, time.perf_counter() - start, log, timings)
+
+
+def _timings(executed: NotebookNode | None, spawned: float, done: float, judged: float) -> dict[str, float]:
+    """Where one notebook's time went (seconds), from the runner's clock marks (same machine)."""
+    marks = ((executed.metadata.get("mlbook_sandbox") or {}).get("timings") if executed is not None else None) or {}
+    try:
+        cells = [float(c) for c in marks.get("cells", [])]
+        code = [t for t, c in zip(cells, [c for c in executed.cells]) if c.cell_type == "code"] if cells else []
+        return {"start-up": round(float(marks["kernel_start"]) - spawned, 3),
+                "kernel start": round(float(marks["kernel_ready"]) - float(marks["kernel_start"]), 3),
+                "imports": round(code[0] if code else 0.0, 3),
+                "execution": round(sum(cells) - (code[0] if code else 0.0), 3),
+                "of which judging": round(judged, 3),
+                "shutdown": round(done - float(marks["finished"]), 3)}
+    except (KeyError, TypeError, ValueError):
+        return {"total": round(done - spawned, 3)}
+
+
+def instrument(nb: NotebookNode, plan: LabPlan) -> NotebookNode:
+    """The copy the kernel runs: each test cell keeps its visible tests (for the student's
+    output), loses its hidden block (it runs in the grader) and ends by handing the cell over."""
+    import copy
+
+    from ..notebooks import grade_id, is_test
+
+    out = copy.deepcopy(nb)
+    for cell in out.cells:
+        gid = grade_id(cell) if is_test(cell) else None
+        if gid in plan.cells:
+            cell.source = (f"{plan.cells[gid].visible.rstrip()}\n"
+                           f"__import__('mlbook_probe').probe_cell({plan.lab!r}, {gid!r})\n")
+    return out
+
+
+def _run_runner(submission: Path, sock: Path, limits: Limits, slot: int, sandboxed: bool) -> tuple[bytes, str | None, str]:
+    """Start the runner (in bubblewrap unless opted out); return (stdout of --out-fd, error, stderr)."""
+    read_fd, write_fd = os.pipe()
+    inner = [sys.executable, "-m", "mlbook_probe.runner", bwrap.SUBMISSION if sandboxed else str(submission),
+             "--out-fd", str(write_fd), "--cell-timeout", str(limits.cell_seconds),
+             "--max-cell-bytes", str(limits.cell_output_bytes), "--max-cell-lines", str(limits.cell_output_lines)]
+    env = bwrap.environment()
+    if sandboxed:
+        argv, run_env = bwrap.command(inner, submission, sock, slot, limits.scratch_bytes, env), None
+    else:
+        home = Path(tempfile.mkdtemp(prefix="mlbook-unsandboxed-"))
+        argv = inner
+        run_env = {**os.environ, **env, "HOME": str(home), "IPYTHONDIR": str(home / ".ipython"),
+                   "TMPDIR": str(home), "MLBOOK_PROBE_SOCKET": str(sock), "MPLCONFIGDIR": str(home / "mpl"),
+                   "JUPYTER_RUNTIME_DIR": str(home / "rt")}
+        run_env.pop("PYTHONPATH", None)
+    stderr_file = tempfile.TemporaryFile()
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stderr_file, stderr=stderr_file,
+                                pass_fds=(write_fd,), env=run_env, start_new_session=True,
+                                cwd=None if sandboxed else str(home),
+                                preexec_fn=limits.apply_rlimits if sandboxed else None)
+    except OSError as exc:
+        os.close(read_fd)
+        os.close(write_fd)
+        return b"", f"the sandbox did not start: {exc}", ""
+    os.close(write_fd)
+    chunks: list[bytes] = []
+    size = [0]
+
+    def drain() -> None:
+        with os.fdopen(read_fd, "rb") as pipe:
+            while chunk := pipe.read(1 << 20):
+                size[0] += len(chunk)
+                if size[0] <= limits.notebook_bytes:
+                    chunks.append(chunk)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    error = None
+    try:
+        proc.wait(timeout=limits.notebook_seconds)
+    except subprocess.TimeoutExpired:
+        error = f"the notebook ran past its time budget of {limits.notebook_seconds} s and was stopped"
+    _kill_group(proc)
+    reader.join(10)
+    stderr_file.seek(0)
+    log = stderr_file.read(20_000).decode(errors="replace")
+    stderr_file.close()
+    if not sandboxed:
+        shutil.rmtree(home, ignore_errors=True)
+    if size[0] > limits.notebook_bytes and not error:
+        error = f"the executed notebook is larger than {limits.notebook_bytes // 2**20} MiB"
+    return b"".join(chunks), error, log
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def _read_result(raw: bytes, submitted: NotebookNode, limits: Limits) -> tuple[NotebookNode | None, str | None]:
+    """Parse the sandbox's notebook; it must have the cells that went in, in order."""
+    if not raw:
+        return None, "the sandbox returned no notebook (the run was killed or crashed)"
+    try:
+        executed = nbformat.reads(raw.decode("utf-8", errors="replace"), as_version=4)
+    except Exception as exc:  # any parse failure is the sandbox's, reported the same way
+        return None, f"the sandbox returned an unreadable notebook ({type(exc).__name__})"
+    ids = [c.get("id") for c in submitted.cells]
+    if [c.get("id") for c in executed.cells] != ids:
+        return None, "the notebook's cells changed while it ran"
+    return executed, None

@@ -1,0 +1,122 @@
+"""What a graded test cell runs in the student's kernel: hand the cell to the grader.
+
+When a submission is graded in the sandbox, every test cell ends with
+``probe_cell("<lab>", "<grade_id>")`` (added by the grader; the hidden block itself is not run
+here). The grader then re-runs that cell's trusted source in its own process, outside the
+sandbox; from there it can only read names from this kernel and ask it to call the student's
+functions on inputs it sends, getting results back as plain data (``mlbook_probe.wire``). This
+package holds no reference solution and decides nothing: the grader finally says whether the
+cell passed and with which message, and ``probe_cell`` raises that message here, so the student
+sees it under the cell.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import socket
+import sys
+from typing import Any
+
+from . import wire
+
+__all__ = ["probe_cell", "SOCKET_ENV"]
+
+SOCKET_ENV = "MLBOOK_PROBE_SOCKET"
+# What the grader may import here to run on the student's side (helpers students have too).
+IMPORTABLE = ("mlbook_helpers", "torch", "numpy", "math")
+
+
+def probe_cell(lab: str, grade_id: str) -> None:
+    """Let the grader judge test cell ``grade_id`` of ``lab`` against this kernel's state.
+
+    Raises:
+        AssertionError (mlbook_helpers.checks.Misconception): the cell failed; the message names
+            the likely misconception.
+    """
+    path = os.environ.get(SOCKET_ENV)
+    if not path:
+        raise RuntimeError("this cell is judged only when the notebook is graded")
+    passed, message = _Session(path).serve({"op": "hello", "lab": lab, "cell": grade_id})
+    if not passed:
+        from mlbook_helpers.checks import Misconception
+
+        raise Misconception(message)
+
+
+class _Session:
+    """One check's conversation with the grader, answered until it says ``done``."""
+
+    def __init__(self, path: str):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.connect(path)
+        self.objects: dict[int, Any] = {}
+
+    def handle(self, obj: Any) -> int:
+        hid = len(self.objects) + 1
+        self.objects[hid] = obj
+        return hid
+
+    def resolve(self, hid: int) -> Any:
+        if hid not in self.objects:
+            raise wire.WireError(f"unknown handle {hid}")
+        return self.objects[hid]
+
+    def serve(self, hello: dict) -> tuple[bool, str]:
+        try:
+            wire.send(self.sock, hello)
+            while True:
+                header, blobs = wire.recv(self.sock)
+                if header.get("op") == "done":
+                    return bool(header.get("passed")), str(header.get("message", ""))
+                self._answer(header, blobs)
+        except EOFError:
+            return False, "the grader closed the connection before the check finished"
+        finally:
+            self.sock.close()
+
+    def _answer(self, header: dict, blobs: list[bytes]) -> None:
+        try:
+            result = self._do(header, blobs)
+            out: list[bytes] = []
+            tree = wire.encode(result, out, self.handle)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:  # the student's error travels back as data
+            wire.send(self.sock, {"error": [type(exc).__name__, str(exc)[:2000]]})
+            return
+        wire.send(self.sock, {"ok": tree}, out)
+
+    def _do(self, header: dict, blobs: list[bytes]) -> Any:
+        op = header.get("op")
+        value = lambda key: wire.decode(header.get(key), blobs, self.resolve)  # noqa: E731
+        if op == "import":
+            module, _, attr = str(header.get("name", "")).partition(":")
+            if module.split(".")[0] not in IMPORTABLE:
+                raise PermissionError(f"{module} is not importable from a check")
+            obj = importlib.import_module(module)
+            for part in filter(None, attr.split(".")):
+                obj = getattr(obj, part)
+            return obj
+        if op == "global":
+            shell = sys.modules.get("IPython") and sys.modules["IPython"].get_ipython()
+            namespace = shell.user_ns if shell is not None else vars(sys.modules["__main__"])
+            name = str(header.get("name"))
+            if name not in namespace:
+                raise NameError(name)
+            return namespace[name]
+        target = self.resolve(header.get("target"))
+        if op == "call":
+            return target(*value("args"), **value("kwargs"))
+        if op == "getattr":
+            return getattr(target, str(header.get("name")))
+        if op == "setattr":
+            setattr(target, str(header.get("name")), value("value"))
+            return None
+        if op == "getitem":
+            return target[value("key")]
+        if op == "len":
+            return len(target)
+        if op == "iter":
+            return list(target)
+        raise wire.WireError(f"unknown operation {op!r}")

