@@ -9,12 +9,12 @@ SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 .PHONY: demo test setup system build check clean
 
 ## Set everything up, build the release, grade a demo class and print the results.
-demo: $(STAMP)
+demo: system $(STAMP)
 	$(BIN)/mlbook demo
 
 ## The whole test suite (what .ci/run calls). One BLAS thread per kernel: the workers
 ## already keep both cores busy, and oversubscribed BLAS threads slow small matmuls 10x.
-test: $(STAMP)
+test: system $(STAMP)
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
 	$(BIN)/python -m pytest -n $(WORKERS) --dist loadgroup tests
 

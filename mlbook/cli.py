@@ -58,7 +58,8 @@ def cmd_run(args) -> int:
             print(f"  cell {index} {gid}: {message[:300]}")
     what = "release" if args.release else "reference solution"
     passed = sum(v.passed for v in result.verdicts.values())
-    print(f"{lab} ({what}) ran in the sandbox in {result.seconds:.1f} s: {failing} failing cell(s), "
+    where = "without the sandbox" if args.unsandboxed else "in the sandbox"
+    print(f"{lab} ({what}) ran {where} in {result.seconds:.1f} s: {failing} failing cell(s), "
           f"{passed}/{len(result.verdicts)} test cells judged passing")
     return 1 if (failing or result.error) and not args.release else 0
 

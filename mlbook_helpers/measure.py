@@ -18,6 +18,9 @@ Conventions (stated once, relied on by every measurement in lab 6):
   the quantity that grows as T x T when attention stores its weight matrix.
 - Times are wall-clock seconds measured with ``time.perf_counter``; ``best_time`` reports
   the fastest of several runs, the estimate least disturbed by other work on the machine.
+- Probes (``square_probe``, ``copy_probe``) are stand-ins for an attention function whose
+  peak is known in advance: measuring them tests a measurement, such as a memory sweep.
+  Each factory returns a function called as ``probe(q, k, v)``.
 
 This module measures; it computes no attention.
 """
@@ -33,7 +36,7 @@ import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.overrides import TorchFunctionMode
 
-__all__ = ["PeakMemory", "peak_memory", "best_time", "format_bytes"]
+__all__ = ["PeakMemory", "peak_memory", "best_time", "format_bytes", "square_probe", "copy_probe"]
 
 
 @dataclass(frozen=True)
@@ -200,3 +203,39 @@ def best_time(fn: Callable, *args: Any, repeat: int = 3, warmup: int = 1, **kwar
         fn(*args, **kwargs)
         best = min(best, time.perf_counter() - start)
     return best
+
+
+def square_probe(dtype: str = "float32") -> Callable:
+    """A probe that allocates one (T, T) tensor, T = q.shape[0]: its peak is T * T entries.
+
+    Args:
+        dtype: name of the torch dtype of the tensor ("float32": 4 bytes an entry, "float64": 8).
+
+    Returns:
+        ``probe(q, k, v)``, which returns the new (T, T) tensor.
+    """
+    torch_dtype = getattr(torch, dtype)
+    if not isinstance(torch_dtype, torch.dtype):
+        raise ValueError(f"{dtype!r} is not a torch dtype")
+
+    def allocate_square(q, k, v):
+        return torch.empty(q.shape[0], q.shape[0], dtype=torch_dtype)  # (T, T)
+
+    return allocate_square
+
+
+def copy_probe(extra_entries: int) -> Callable:
+    """A probe that copies q and allocates a fixed float32 buffer: its peak is q's bytes + 4 * extra_entries.
+
+    Args:
+        extra_entries: float32 entries of the buffer, whatever T is.
+
+    Returns:
+        ``probe(q, k, v)``, which returns (the copy of q, the buffer).
+    """
+    extra_entries = int(extra_entries)
+
+    def copy_and_buffer(q, k, v):
+        return q.clone(), torch.empty(extra_entries)  # (T, d), (extra_entries,)
+
+    return copy_and_buffer

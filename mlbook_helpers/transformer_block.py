@@ -1,7 +1,11 @@
-"""Support code for lab 4 (the transformer block): toy inputs and output statistics.
+"""Support code for lab 4 (the transformer block): toy inputs, output statistics, and PyTorch's
+own attention layer behind the lab's call.
 
-Nothing here computes attention or a block: these helpers make inputs and measure outputs.
-Shapes follow the lab: a batch of token rows is (B, T, d_model).
+Nothing here implements attention or a block: these helpers make inputs and measure outputs,
+and ``TorchAttention`` only adapts ``torch.nn.MultiheadAttention`` to the lab's calling
+convention, so that a block can be given a known attention sublayer.
+Shapes follow the lab: a batch of token rows is (B, T, d_model); a mask is True where
+attention is allowed (torch.nn.MultiheadAttention's masks are True where it is blocked).
 """
 
 from __future__ import annotations
@@ -11,8 +15,9 @@ from typing import Sequence
 
 import numpy as np
 import torch
+from torch import nn
 
-__all__ = ["toy_embeddings", "output_statistics", "head_owner_maps"]
+__all__ = ["toy_embeddings", "output_statistics", "head_owner_maps", "TorchAttention"]
 
 
 def toy_embeddings(tokens: Sequence[str], d_model: int, scale: float = 1.0) -> torch.Tensor:
@@ -71,3 +76,35 @@ def head_owner_maps(T: int, d_model: int, n_heads: int) -> dict[str, np.ndarray]
     flat_index = np.arange(T * d_model).reshape(T, d_model)  # (T, d_model) position in memory
     direct = flat_index // (T * d_head)  # (T, d_model): the leading axis of a (H, T, d_head) view
     return {"intended": intended, "direct view (B, H, T, d_head)": direct}
+
+
+class TorchAttention(nn.Module):
+    """torch.nn.MultiheadAttention called the lab's way: ``attn(x_q, x_kv, mask) -> (out, weights)``.
+
+    Its parameters are those of the wrapped layer (``self.mha``: ``in_proj_weight`` packs
+    [W_q; W_k; W_v], ``out_proj`` is W_o).
+
+    Args:
+        d_model: model width, divisible by n_heads.
+        n_heads: number of heads.
+        bias: whether the projections have biases.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, bias: bool = True) -> None:
+        super().__init__()
+        self.mha = nn.MultiheadAttention(d_model, n_heads, bias=bias, batch_first=True)
+
+    def forward(self, x_q: torch.Tensor, x_kv: torch.Tensor,
+                mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Args:
+            x_q: (B, T_q, d_model); x_kv: (B, T_k, d_model).
+            mask: None, or bool broadcastable to (B, H, T_q, T_k), True where attention is allowed.
+
+        Returns:
+            out (B, T_q, d_model) and the weights of every head (B, H, T_q, T_k).
+        """
+        blocked = None
+        if mask is not None:
+            B, T_q, T_k, H = x_q.shape[0], x_q.shape[1], x_kv.shape[1], self.mha.num_heads
+            blocked = ~torch.broadcast_to(mask, (B, H, T_q, T_k)).reshape(B * H, T_q, T_k)  # torch: True = blocked
+        return self.mha(x_q, x_kv, x_kv, attn_mask=blocked, need_weights=True, average_attn_weights=False)

@@ -47,7 +47,7 @@ from torch.nn import functional as F
 
 from mlbook_helpers.checks import expect, expect_close, expect_finite, expect_rows_sum_to_one, expect_shape
 from mlbook_helpers.examples import bank_session, ticket_example
-from mlbook_helpers.masking import D_MODEL, library_causal_layer, library_padding_layer
+from mlbook_helpers.masking import D_MODEL, library_attention, library_causal_layer, library_padding_layer
 from mlbook_helpers.plotting import curves, heatmap_grid
 
 warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\..*")  # library notices, not errors
@@ -780,12 +780,9 @@ def permutation_gap(attn_fn, q, k, v, perm, mask=None):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_permutation_gap", "points": 1}
-def torch_sdpa(q, k, v, mask=None):
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask), None
-
-perm5 = torch.tensor([3, 0, 4, 1, 2])
-gap_plain = permutation_gap(torch_sdpa, q_t, k_t, v_t, perm5)
-gap_causal = permutation_gap(torch_sdpa, q_t, k_t, v_t, perm5, causal_mask(5))
+perm5 = torch.tensor([3, 0, 4, 1, 2])  # library_attention: torch's SDPA, returning (out, None)
+gap_plain = permutation_gap(library_attention, q_t, k_t, v_t, perm5)
+gap_causal = permutation_gap(library_attention, q_t, k_t, v_t, perm5, causal_mask(5))
 print(f"gap without a mask: {gap_plain:.2e} | with the causal mask: {gap_causal:.3f}")
 expect(gap_plain < 1e-5, "permutation_gap without a mask", f"is {gap_plain:.3g}",
        "Permute q, k and v along the token axis (dim -2) with the same perm, and re-order the original outputs by perm.")

@@ -19,7 +19,7 @@ from mlbook_helpers.checks import Misconception, as_array
 
 from mlbook_probe.wire import WireError
 
-from ..sandbox.remote import RemoteError, helper
+from ..sandbox.remote import RemoteError, RemoteObject, helper
 
 __all__ = ["fresh_rng", "diagnose", "fail", "close", "call_student", "helper", "RemoteError"]
 
@@ -65,6 +65,14 @@ def fail(what: str, observed: str, hint: str | None = None) -> None:
     raise Misconception(f"{what}: {observed}." + (f" {hint}" if hint else ""))
 
 
+def _describe(arg: Any) -> str:
+    """An argument's shape for a message; objects living in the kernel are not asked for one."""
+    if isinstance(arg, RemoteObject):
+        return "object"
+    shape = getattr(arg, "shape", None)
+    return str(tuple(shape)) if shape is not None else type(arg).__name__
+
+
 def call_student(fn: Callable, *args: Any, what: str, **kwargs: Any) -> Any:
     """Call a student's function; turn a crash into a message that says which call failed."""
     try:
@@ -76,6 +84,6 @@ def call_student(fn: Callable, *args: Any, what: str, **kwargs: Any) -> Any:
         kind, text = (exc.type_name, exc.message) if isinstance(exc, RemoteError) else (type(exc).__name__, str(exc))
         if kind == "NotImplementedError":
             fail(what, "not implemented yet", "Replace `raise NotImplementedError()` with your code.")
-        shapes = ", ".join(str(tuple(getattr(a, "shape", ())) if hasattr(a, "shape") else type(a).__name__) for a in args)
+        shapes = ", ".join(_describe(a) for a in args)
         fail(what, f"raised {kind}: {text} (called with arguments of shape {shapes})",
              "Check that your code works for other shapes than the lesson's (T_q != T_k, other d_k).")

@@ -82,7 +82,12 @@ class RemoteObject(wire.Handle):
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") and name.endswith("__"):
             raise AttributeError(name)
-        return self._session.request("getattr", self, name=name)
+        try:
+            return self._session.request("getattr", self, name=name)
+        except RemoteError as exc:  # keep hasattr() and getattr(x, name, default) working
+            if exc.type_name == "AttributeError":
+                raise AttributeError(name) from None
+            raise
 
     def __setattr__(self, name: str, value: Any) -> None:
         self._session.request("setattr", self, name=name, value=value)
@@ -91,7 +96,12 @@ class RemoteObject(wire.Handle):
         return self._session.request("getitem", self, key=key)
 
     def __len__(self) -> int:
-        n = self._session.request("len", self)
+        try:
+            n = self._session.request("len", self)
+        except RemoteError as exc:  # keep list(obj) working for objects without a length
+            if exc.type_name == "TypeError":
+                raise TypeError(exc.message) from None
+            raise
         if not isinstance(n, int) or n < 0:
             raise wire.WireError("len() returned a non-integer")
         return n

@@ -7,6 +7,10 @@ Every check draws fresh inputs (``fresh_rng``) of other shapes and dtypes than t
 computes the grader's own reference here (NumPy in float64, independent of the notebook's
 solution) and, on a mismatch, names the known mistake the student's output matches.
 Messages quote the student's values and public constants (finfo limits) only.
+
+Checks run in the grader; the student's functions are called in their kernel, so every argument
+is data. The layers and the attention a student's property test or ``permutation_gap`` calls are
+built in the kernel from ``mlbook_helpers.masking`` (``helper``), with weights drawn here.
 """
 
 from __future__ import annotations
@@ -17,8 +21,11 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from mlbook.labs._support import call_student, diagnose, fresh_rng
+from mlbook.labs._support import call_student, diagnose, fresh_rng, helper
 from mlbook.labs._support import fail as _fail
+from mlbook_helpers.masking import CAUSAL_LEAKS as _CAUSAL_LEAK_NAMES
+from mlbook_helpers.masking import D_MODEL
+from mlbook_helpers.masking import PADDING_LEAKS as _PADDING_LEAK_NAMES
 
 __all__ = [
     "check_causal_mask",
@@ -452,32 +459,19 @@ def check_mask_after_softmax(fn: Callable) -> None:
 # --------------------------------------------------------------------------- property tests
 
 
-def _proj(D: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(1009 + D)
-    w = torch.randn(3, D, D, generator=g, dtype=torch.float64) / math.sqrt(D)  # (3, D, D)
-    return tuple(w[i].to(dtype) for i in range(3))
+def _layer_weights(rng: np.random.Generator) -> torch.Tensor:
+    """Fresh (3, D_MODEL, D_MODEL) float32 query, key and value projections for a test layer."""
+    return torch.from_numpy(rng.standard_normal((3, D_MODEL, D_MODEL)) / math.sqrt(D_MODEL)).float()
 
 
-def _layer_weights(x: torch.Tensor, allowed: torch.Tensor, after: bool = False) -> torch.Tensor:
-    """Single-head self-attention of x (B, T, D) under allowed (broadcast to (B, T, T))."""
-    W_q, W_k, W_v = _proj(x.shape[-1], x.dtype)
-    q, k, v = x @ W_q, x @ W_k, x @ W_v  # (B, T, D) each
-    s = q @ k.transpose(-2, -1) / math.sqrt(x.shape[-1])  # (B, T, T)
-    if after:
-        w = torch.softmax(s, dim=-1) * allowed  # (B, T, T) zeroed after the softmax
-    else:
-        w = torch.softmax(s.masked_fill(~allowed, torch.finfo(s.dtype).min), dim=-1)  # (B, T, T)
-    return w @ v  # (B, T, D)
+def _causal_layer(weights: torch.Tensor, leak: str | None) -> Any:
+    """A causal layer built in the student's kernel (where their property test calls it)."""
+    return helper("mlbook_helpers.masking:causal_layer_with_leak")(weights, leak)
 
 
-def _causal_layer(kind: str) -> Callable:
-    def layer(x: torch.Tensor) -> torch.Tensor:
-        T = x.shape[-2]
-        i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
-        allowed = {"correct": j <= i, "no mask": torch.ones(T, T, dtype=torch.bool), "one future key": j <= i + 1,
-                   "after softmax": j <= i, "first query sees all": (j <= i) | (i == 0)}[kind]
-        return _layer_weights(x, allowed, after=kind == "after softmax")
-    return layer
+def _padding_layer(weights: torch.Tensor, leak: str | None) -> Any:
+    """A key-padding layer built in the student's kernel (where their property test calls it)."""
+    return helper("mlbook_helpers.masking:padding_layer_with_leak")(weights, leak)
 
 
 CAUSAL_LEAKS = {
@@ -486,6 +480,11 @@ CAUSAL_LEAKS = {
     "after softmax": "applies the causal mask after the softmax, so the future leaks in through the normaliser",
     "first query sees all": "lets only the FIRST position read the whole sequence",
 }
+
+
+if set(CAUSAL_LEAKS) != set(_CAUSAL_LEAK_NAMES):
+    raise ImportError(f"lab 3 describes the causal leaks {sorted(CAUSAL_LEAKS)} but mlbook_helpers.masking "
+                      f"builds {sorted(_CAUSAL_LEAK_NAMES)}: keep the two lists the same")
 
 
 def _as_bool(res: Any, what: str) -> bool:
@@ -498,30 +497,21 @@ def _as_bool(res: Any, what: str) -> bool:
 
 def check_outputs_ignore_future(outputs_ignore_future: Callable) -> None:
     """The student's property test must pass a correct causal layer and catch every leak."""
+    weights = _layer_weights(fresh_rng())
     what = "outputs_ignore_future(a correctly masked causal layer)"
-    ok = _as_bool(call_student(outputs_ignore_future, _causal_layer("correct"), what=what), what)
+    ok = _as_bool(call_student(outputs_ignore_future, _causal_layer(weights, None), what=what), what)
     if not ok:
         fail(what, "returned False",
              "A correct layer must pass: change only LATER tokens, compare only the EARLIER outputs, and compare "
              "with a tolerance (torch.allclose), not ==.")
     for kind, description in CAUSAL_LEAKS.items():
         what = f"outputs_ignore_future(a layer that {description})"
-        if _as_bool(call_student(outputs_ignore_future, _causal_layer(kind), what=what), what):
+        if _as_bool(call_student(outputs_ignore_future, _causal_layer(weights, kind), what=what), what):
             hint = "Change a later token and check that EVERY earlier output is unchanged (all positions before it)."
             if kind == "one future key":
                 hint = ("This leak reads only the next token: change the token right after each position you check "
                         "(e.g. every position t, or the last token while checking ALL earlier outputs).")
             fail(what, "returned True, so the leak went unnoticed", hint)
-
-
-def _padding_layer(kind: str) -> Callable:
-    def layer(x: torch.Tensor, is_pad: torch.Tensor) -> torch.Tensor:
-        B, T, _ = x.shape
-        real = ~is_pad  # (B, T)
-        allowed = {"correct": real[:, None, :], "no mask": torch.ones(B, 1, T, dtype=torch.bool),
-                   "queries": real[:, :, None], "first sequence": real[:1, None, :].expand(B, 1, T)}[kind]
-        return _layer_weights(x, allowed)
-    return layer
 
 
 PADDING_LEAKS = {
@@ -533,16 +523,22 @@ PADDING_LEAKS = {
 }
 
 
+if set(PADDING_LEAKS) != set(_PADDING_LEAK_NAMES):
+    raise ImportError(f"lab 3 describes the padding leaks {sorted(PADDING_LEAKS)} but mlbook_helpers.masking "
+                      f"builds {sorted(_PADDING_LEAK_NAMES)}: keep the two lists the same")
+
+
 def check_padding_invariant(padding_invariant: Callable) -> None:
     """The student's property test must pass a correct key-padding layer and catch every leak."""
+    weights = _layer_weights(fresh_rng())
     what = "padding_invariant(a correctly masked layer)"
-    if not _as_bool(call_student(padding_invariant, _padding_layer("correct"), what=what), what):
+    if not _as_bool(call_student(padding_invariant, _padding_layer(weights, None), what=what), what):
         fail(what, "returned False",
              "A correct layer must pass: compare only the REAL positions (padded outputs are discarded), "
              "with a tolerance (torch.allclose).")
     for kind, (description, hint) in PADDING_LEAKS.items():
         what = f"padding_invariant(a layer that {description})"
-        if _as_bool(call_student(padding_invariant, _padding_layer(kind), what=what), what):
+        if _as_bool(call_student(padding_invariant, _padding_layer(weights, kind), what=what), what):
             fail(what, "returned True, so the leak went unnoticed", hint)
 
 
@@ -574,7 +570,11 @@ def check_mask_conversions(to_key_padding_mask: Callable, to_sdpa_mask: Callable
 
 
 def _grader_attention(q, k, v, mask=None):
-    """The grader's attention for the permutation check (torch, float64-safe)."""
+    """The grader's reference attention for the permutation check (torch, float64-safe).
+
+    The student's ``permutation_gap`` gets torch's SDPA instead (``library_attention``, built in
+    their kernel); without a fully masked row the two agree to rounding.
+    """
     s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, H, T_q, T_k)
     if mask is not None:
         s = s.masked_fill(~mask, torch.finfo(s.dtype).min)
@@ -608,7 +608,8 @@ def check_permutation_gap(permutation_gap: Callable) -> None:
 
     for mask, label in ((None, "without a mask"), (causal, "with the causal mask")):
         what = f"permutation_gap {label}, T = {T}"
-        got = call_student(permutation_gap, _grader_attention, q, k, v, perm, mask, what=what)
+        got = call_student(permutation_gap, helper("mlbook_helpers.masking:library_attention"), q, k, v, perm, mask,
+                           what=what)
         try:
             got = float(got)
         except (TypeError, ValueError):

@@ -12,6 +12,12 @@ Every check draws fresh inputs (``fresh_rng``) with other shapes than the notebo
 the grader's own reference here (NumPy, or torch.nn.MultiheadAttention and torch autograd),
 and on a mismatch names the known mistake whose result the student's output reproduces.
 Messages quote the student's values only.
+
+Checks run in the grader; the student's functions and classes may live in a sandboxed kernel
+(``mlbook.sandbox.remote``), where only data can be sent. A module a check hands to student code
+(the torch layer for ``load_from_torch``, the sublayers swapped into a ``TransformerBlock``) is
+therefore built twice from the same drawn weights: the grader's copy computes the reference,
+the kernel's copy (``helper``) is what the student's code receives.
 """
 
 from __future__ import annotations
@@ -23,8 +29,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from mlbook.labs._support import call_student, close, diagnose, fail, fresh_rng
+from mlbook.labs._support import RemoteError, call_student, close, diagnose, fail, fresh_rng, helper
 from mlbook_helpers.checks import Misconception, as_array
+from mlbook_helpers.transformer_block import TorchAttention
+from mlbook_probe.wire import Handle, WireError
 
 __all__ = [
     "check_heads",
@@ -49,10 +57,6 @@ GRAD_TOL = 1e-10  # float64 against torch autograd
 # ---------------------------------------------------------------------------------------------
 
 
-def _torch_seed(rng: np.random.Generator) -> int:
-    return int(rng.integers(0, 2**31 - 1))
-
-
 def _first_diff(actual: np.ndarray, expected: np.ndarray, atol: float, rtol: float) -> str:
     """Where the student's array first leaves the tolerance, quoting the student's value only."""
     bad = np.abs(actual - expected) > atol + rtol * np.abs(expected)
@@ -61,17 +65,30 @@ def _first_diff(actual: np.ndarray, expected: np.ndarray, atol: float, rtol: flo
 
 
 def _call(fn: Callable, *args: Any, what: str, **kwargs: Any) -> Any:
-    """call_student, with a precise message for the classic non-contiguous .view error."""
+    """call_student, with a precise message for the classic non-contiguous .view error.
+
+    Args:
+        fn: the student's function or class (local, or a RemoteObject in the kernel).
+        args, kwargs: data, or RemoteObjects built in the kernel.
+        what: the call as the student should read it in a failure message.
+    """
     try:
         return fn(*args, **kwargs)
-    except RuntimeError as exc:
-        if "view size is not compatible" in str(exc):
+    except (Misconception, WireError, EOFError, OSError, TimeoutError):
+        raise  # a verdict, or the kernel went away
+    except Exception as exc:  # noqa: BLE001 - the student's error, reported through call_student
+        # A RemoteError carries the kernel's exception type and text.
+        kind, text = (exc.type_name, exc.message) if isinstance(exc, RemoteError) else (type(exc).__name__, str(exc))
+        if kind == "RuntimeError" and "view size is not compatible" in text:
             fail(what, "raised RuntimeError from .view on a non-contiguous tensor",
                  "After a transpose the strides are permuted, so a flattening .view has no valid "
                  "stride interpretation: call .contiguous() first (or use reshape, which copies).")
-        return call_student(_reraise(exc), *args, what=what)
-    except Exception as exc:  # noqa: BLE001 - reported through call_student's message
-        return call_student(_reraise(exc), *args, what=what)
+        # call_student describes its arguments with hasattr(a, "shape"), which a kernel object
+        # answers with a RemoteError: it gets data arguments only.
+        if kind == "NotImplementedError" or not any(isinstance(a, Handle) for a in args):
+            return call_student(_reraise(exc), *[a for a in args if not isinstance(a, Handle)], what=what)
+        fail(what, f"raised {kind}: {text}",
+             "Check that your code works for other sizes than the lesson's (other d_model and n_heads, bias=False).")
 
 
 def _reraise(exc: Exception) -> Callable:
@@ -81,9 +98,33 @@ def _reraise(exc: Exception) -> Callable:
     return raiser
 
 
+def _shape(x: Any) -> tuple | None:
+    """The shape of a returned tensor or array; None for anything else (a kernel object included)."""
+    if isinstance(x, (torch.Tensor, np.ndarray)):
+        return tuple(x.shape)
+    if isinstance(x, Handle):
+        return None
+    try:
+        return tuple(np.shape(x))
+    except (TypeError, ValueError):
+        return None
+
+
+def _array(x: Any, what: str) -> np.ndarray:
+    """A returned value as a float64 array, or a failure that says it is not one."""
+    try:
+        if isinstance(x, Handle):
+            raise TypeError("a kernel object")
+        return as_array(x)
+    except (TypeError, ValueError):
+        fail(what, "returned something that is not an array or a tensor of numbers",
+             "Return a NumPy array or a torch tensor.")
+
+
 def _pair(result: Any, what: str, names: str) -> tuple:
     if not isinstance(result, (tuple, list)) or len(result) != 2:
-        fail(what, f"returned {type(result).__name__}, not a pair", f"Return the pair {names}.")
+        kind = "an object" if isinstance(result, Handle) else type(result).__name__
+        fail(what, f"returned {kind}, not a pair", f"Return the pair {names}.")
     return tuple(result)
 
 
@@ -106,7 +147,7 @@ def _split_problem(split_heads: Callable, rng: np.random.Generator) -> None:
     x = torch.from_numpy(x_np.copy())
     what = f"split_heads(x of shape {(B, T, d)}, n_heads={H})"
     out = _call(split_heads, x, H, what=what)
-    got = tuple(getattr(out, "shape", np.shape(out)))
+    got = _shape(out)
     if got != (B, H, T, dh):
         fail(what, f"returned shape {got}", "Expected (B, n_heads, T, d_model // n_heads).")
     out = as_array(out)
@@ -129,7 +170,7 @@ def _merge_problem(merge_heads: Callable, rng: np.random.Generator) -> None:
     y = torch.from_numpy(base.copy()).transpose(1, 2)  # (B, H, T, d_head), not contiguous, like split_heads output
     what = f"merge_heads(x of shape {(B, H, T, dh)})"
     out = _call(merge_heads, y, what=what)
-    got = tuple(getattr(out, "shape", np.shape(out)))
+    got = _shape(out)
     if got != (B, T, H * dh):
         fail(what, f"returned shape {got}", "Expected (B, T, n_heads * d_head).")
     out = as_array(out)
@@ -247,6 +288,17 @@ def _random_torch_mha(d: int, H: int, bias: bool, rng: np.random.Generator) -> t
     return tmha, P
 
 
+def _kernel_copy(tmha: nn.MultiheadAttention, d: int, H: int, bias: bool) -> Any:
+    """The same torch layer built where the student's code runs (the kernel), weights included.
+
+    The grader keeps ``tmha`` as the reference; the copy is what load_from_torch reads.
+    """
+    copy = helper("torch.nn:MultiheadAttention")(d, H, bias=bias, batch_first=True)
+    copy.load_state_dict(tmha.state_dict())  # a state dict is data: it crosses to the kernel
+    copy.eval()
+    return copy
+
+
 def _mha_cases(rng: np.random.Generator) -> list[dict]:
     H = int(rng.integers(2, 5))
     dh = int(rng.integers(3, 7))
@@ -290,11 +342,9 @@ def check_mha(MultiHeadAttention: type, load_from_torch: Callable, split_heads: 
     T_q != T_k (with and without padding), and bias=False.
     """
     rng = fresh_rng()
-    with torch.random.fork_rng():
-        torch.manual_seed(_torch_seed(rng))
-        with torch.no_grad():
-            for case in _mha_cases(rng):
-                _check_mha_case(MultiHeadAttention, load_from_torch, case, rng, split_heads, merge_heads)
+    with torch.no_grad():  # the grader's reference; every weight is drawn from rng
+        for case in _mha_cases(rng):
+            _check_mha_case(MultiHeadAttention, load_from_torch, case, rng, split_heads, merge_heads)
 
 
 def _check_mha_case(MHA: type, load: Callable, case: dict, rng: np.random.Generator,
@@ -304,7 +354,8 @@ def _check_mha_case(MHA: type, load: Callable, case: dict, rng: np.random.Genera
     what = f"MultiHeadAttention({d}, {H}, bias={case['bias']}), {case['name']}"
     tmha, P = _random_torch_mha(d, H, case["bias"], rng)
     mha = _call(MHA, d, H, bias=case["bias"], what=f"MultiHeadAttention({d}, {H}, bias={case['bias']})")
-    _call(load, mha, tmha, what=f"load_from_torch(mha, torch_mha) with d_model={d}, n_heads={H}, bias={case['bias']}")
+    _call(load, mha, _kernel_copy(tmha, d, H, case["bias"]),
+          what=f"load_from_torch(mha, torch_mha) with d_model={d}, n_heads={H}, bias={case['bias']}")
     xq_np = rng.normal(size=(B, T_q, d)).astype(np.float32)  # (B, T_q, d)
     xkv_np = rng.normal(size=(B, T_k, d)).astype(np.float32) if case["cross"] else xq_np  # (B, T_k, d)
     xq = torch.from_numpy(xq_np)
@@ -312,11 +363,11 @@ def _check_mha_case(MHA: type, load: Callable, case: dict, rng: np.random.Genera
     mask, torch_kwargs = _mha_masks(case, rng)
     ref_out, ref_w = tmha(xq, xkv, xkv, need_weights=True, average_attn_weights=False, **torch_kwargs)
     out, attn = _pair(_call(mha, xq, xkv, mask, what=what), what, "(out, attn)")
-    out_shape = tuple(getattr(out, "shape", ()))
+    out_shape = _shape(out)
     if out_shape != (B, T_q, d):
         fail(what, f"out has shape {out_shape}",
              "Expected (B, T_q, d_model): the output always has the query's length.")
-    attn_shape = tuple(getattr(attn, "shape", ()))
+    attn_shape = _shape(attn)
     if attn_shape != (B, H, T_q, T_k):
         fail(what, f"attn has shape {attn_shape}", "Expected the per-head weights, (B, n_heads, T_q, T_k).")
     out_np, attn_np = as_array(out), as_array(attn)
@@ -399,7 +450,7 @@ def check_sinusoidal(sinusoidal_positions: Callable) -> None:
     for _ in range(2):
         T, d = int(rng.integers(9, 40)), 2 * int(rng.integers(5, 24))
         what = f"sinusoidal_positions({T}, {d})"
-        pe = as_array(_call(sinusoidal_positions, T, d, what=what))
+        pe = _array(_call(sinusoidal_positions, T, d, what=what), what)
         if pe.shape != (T, d):
             fail(what, f"shape is {pe.shape}", "Expected (T, d_model): one row per position.")
         ref = _np_positions(T, d)
@@ -416,37 +467,61 @@ def check_sinusoidal(sinusoidal_positions: Callable) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-class _GraderAttention(nn.Module):
-    """The grader's own multi-head self-attention, swapped into the student's block.
+SUBLAYERS = ("attn", "ln1", "ln2", "ff")  # the block's attributes the check replaces
 
-    Same call as the lab's MultiHeadAttention: forward(x_q, x_kv, mask=None) -> (out, weights).
+
+def _grader_sublayers(d: int, H: int, d_ff: int, rng: np.random.Generator) -> nn.ModuleDict:
+    """The grader's sublayers for a block, float64, every weight drawn from ``rng``.
+
+    Returns:
+        ModuleDict with attn (torch.nn.MultiheadAttention behind the lab's call, TorchAttention),
+        ln1 and ln2 (LayerNorm(d)), ff (Linear(d, d_ff), GELU, Linear(d_ff, d)).
     """
-
-    def __init__(self, d: int, H: int, rng: np.random.Generator) -> None:
-        super().__init__()
-        self.H = H
-        self.W = nn.Parameter(torch.from_numpy(rng.normal(0, 1 / math.sqrt(d), (4, d, d))))  # (4, d, d) q, k, v, o
-        self.b = nn.Parameter(torch.from_numpy(rng.normal(0, 0.3, (4, d))))  # (4, d)
-
-    def forward(self, x_q: torch.Tensor, x_kv: torch.Tensor, mask: torch.Tensor | None = None):
-        B, T_q, d = x_q.shape
-        dh = d // self.H
-        q = (x_q @ self.W[0] + self.b[0]).unflatten(-1, (self.H, dh))  # (B, T_q, H, d_head)
-        k = (x_kv @ self.W[1] + self.b[1]).unflatten(-1, (self.H, dh))  # (B, T_k, H, d_head)
-        v = (x_kv @ self.W[2] + self.b[2]).unflatten(-1, (self.H, dh))  # (B, T_k, H, d_head)
-        S = torch.einsum("bqhc,bkhc->bhqk", q, k) / math.sqrt(dh)  # (B, H, T_q, T_k)
-        if mask is not None:
-            S = S.masked_fill(~mask, float("-inf"))
-        A = S.softmax(-1)  # (B, H, T_q, T_k)
-        o = torch.einsum("bhqk,bkhc->bqhc", A, v).flatten(-2)  # (B, T_q, d)
-        return o @ self.W[3] + self.b[3], A
+    subs = nn.ModuleDict({
+        "attn": TorchAttention(d, H),
+        "ln1": nn.LayerNorm(d),
+        "ln2": nn.LayerNorm(d),
+        "ff": nn.Sequential(nn.Linear(d, d_ff), nn.GELU(), nn.Linear(d_ff, d)),
+    }).double()
+    with torch.no_grad():
+        for name, p in subs.named_parameters():
+            if name.startswith("attn."):
+                mean, std = 0.0, (1 / math.sqrt(d) if p.dim() == 2 else 0.3)
+            else:
+                mean, std = (0.3 if p.dim() == 1 else 0.0), 0.6
+            p.copy_(torch.from_numpy(rng.normal(mean, std, tuple(p.shape))))
+    return subs.eval()
 
 
-def _ref_block(block: nn.Module, x: torch.Tensor, mask: torch.Tensor | None, pre_ln: bool, residual: bool,
+def _kernel_sublayers(subs: nn.ModuleDict, d: int, H: int, d_ff: int) -> Any:
+    """The same sublayers built where the student's block lives (the kernel), weights included."""
+    torch_nn = lambda name: helper(f"torch.nn:{name}")  # noqa: E731
+    copy = torch_nn("ModuleDict")({
+        "attn": helper("mlbook_helpers.transformer_block:TorchAttention")(d, H),
+        "ln1": torch_nn("LayerNorm")(d),
+        "ln2": torch_nn("LayerNorm")(d),
+        "ff": torch_nn("Sequential")(torch_nn("Linear")(d, d_ff), torch_nn("GELU")(), torch_nn("Linear")(d_ff, d)),
+    })
+    copy.double()
+    copy.load_state_dict(subs.state_dict())  # a state dict is data: it crosses to the kernel
+    copy.eval()
+    return copy
+
+
+def _has(obj: Any, name: str) -> bool:
+    """hasattr that also works on a kernel object (whose AttributeError arrives as RemoteError)."""
+    try:
+        getattr(obj, name)
+    except (AttributeError, RemoteError):
+        return False
+    return True
+
+
+def _ref_block(subs: nn.Module, x: torch.Tensor, mask: torch.Tensor | None, pre_ln: bool, residual: bool,
                variant: str | None = None) -> torch.Tensor:
-    """The grader's block from the student's own sublayers (float64), one mistake optionally injected."""
-    ln1, ln2 = (block.ln2, block.ln1) if variant == "ln_swapped" else (block.ln1, block.ln2)
-    ff, attn = block.ff, block.attn
+    """The grader's block from the grader's sublayers (float64), one mistake optionally injected."""
+    ln1, ln2 = (subs.ln2, subs.ln1) if variant == "ln_swapped" else (subs.ln1, subs.ln2)
+    ff, attn = subs.ff, subs.attn
     if variant == "mask_dropped":
         mask = None
     if variant == "swap_pre_post":
@@ -483,8 +558,9 @@ BLOCK_VARIANTS = {
 def check_block(TransformerBlock: type) -> None:
     """TransformerBlock wiring (post-LN, pre-LN, with and without residual, with a causal mask), float64.
 
-    The block's attention is replaced by the grader's own, and its LayerNorm and feed-forward
-    parameters by fresh random values, so only the wiring written in forward is under test.
+    The block's attention, LayerNorms and feed-forward network are replaced by the grader's
+    (torch.nn.MultiheadAttention and torch layers with fresh random weights), so only the wiring
+    written in forward is under test; the reference is computed from the grader's own copies.
     """
     rng = fresh_rng()
     H, dh = int(rng.integers(2, 4)), int(rng.integers(2, 5))
@@ -498,11 +574,9 @@ def check_block(TransformerBlock: type) -> None:
         dict(pre_ln=False, residual=False, causal=False),
         dict(pre_ln=True, residual=False, causal=False),
     ]
-    with torch.random.fork_rng():
-        torch.manual_seed(_torch_seed(rng))
-        with torch.no_grad():
-            for case in cases:
-                _check_block_case(TransformerBlock, d, H, d_ff, B, T, case, rng)
+    with torch.no_grad():  # the grader's reference; every weight is drawn from rng
+        for case in cases:
+            _check_block_case(TransformerBlock, d, H, d_ff, B, T, case, rng)
 
 
 def _check_block_case(TB: type, d: int, H: int, d_ff: int, B: int, T: int, case: dict, rng: np.random.Generator) -> None:
@@ -510,28 +584,30 @@ def _check_block_case(TB: type, d: int, H: int, d_ff: int, B: int, T: int, case:
     label = f"TransformerBlock({d}, {H}, {d_ff}, pre_ln={pre_ln}, residual={residual})"
     what = label + (" with a causal mask" if causal else "")
     block = _call(TB, d, H, d_ff, pre_ln=pre_ln, residual=residual, what=label)
-    for name in ("ln1", "ln2", "ff"):
-        if not hasattr(block, name):
+    for name in SUBLAYERS:
+        if not _has(block, name):
             fail(label, f"has no attribute {name!r}", "Keep the sublayers the skeleton's __init__ creates.")
-    block.attn = _GraderAttention(d, H, rng)
+    subs = _grader_sublayers(d, H, d_ff, rng)
+    kernel_subs = _kernel_sublayers(subs, d, H, d_ff)
+    for name in SUBLAYERS:
+        setattr(block, name, kernel_subs[name])
     block.double()
-    for p in list(block.ln1.parameters()) + list(block.ln2.parameters()) + list(block.ff.parameters()):
-        p.copy_(torch.from_numpy(rng.normal(0.3 if p.dim() == 1 else 0, 0.6, tuple(p.shape))))
     block.eval()
     x = torch.from_numpy(rng.normal(size=(B, T, d)))  # (B, T, d)
     mask = torch.tril(torch.ones(T, T, dtype=torch.bool))[None, None] if causal else None  # (1, 1, T, T)
     y, attn = _pair(_call(block, x, mask, what=what), what, "(y, attn)")
-    y_np = as_array(y)
+    y_np = _array(y, what)
     if y_np.shape != (B, T, d):
         fail(what, f"y has shape {y_np.shape}", "The block's output has its input's shape (B, T, d_model).")
-    ref = _ref_block(block, x, mask, pre_ln, residual).numpy()
+    ref = _ref_block(subs, x, mask, pre_ln, residual).numpy()
     if close(y_np, ref, atol=GRAD_TOL, rtol=1e-8):
-        ref_attn = block.attn(x if not pre_ln else block.ln1(x), x if not pre_ln else block.ln1(x), mask)[1].numpy()
-        if not close(attn, ref_attn, atol=1e-10, rtol=0):
+        z = subs.ln1(x) if pre_ln else x  # what the attention sublayer reads
+        ref_attn = subs.attn(z, z, mask)[1].numpy()
+        if isinstance(attn, Handle) or not close(attn, ref_attn, atol=1e-10, rtol=0):
             fail(what, "y is right but the returned attn is not the attention sublayer's weights",
                  "Return the (B, H, T, T) weights that self.attn returned.")
         return
-    found = diagnose(y_np, {msg: (lambda v=v: _ref_block(block, x, mask, pre_ln, residual, v).numpy())
+    found = diagnose(y_np, {msg: (lambda v=v: _ref_block(subs, x, mask, pre_ln, residual, v).numpy())
                             for v, msg in BLOCK_VARIANTS.items()}, atol=1e-9, rtol=1e-8)
     fail(what, found or f"output differs from the block's definition ({_first_diff(y_np, ref, GRAD_TOL, 1e-8)})",
          None if found else ("post-LN: h = LN1(x + attn(x)), y = LN2(h + FFN(h)); pre-LN: h = x + attn(LN1(x)), "
@@ -636,7 +712,7 @@ def _draw(case: dict, rng: np.random.Generator):
 def _run_forward(attention_forward: Callable, Q, K, V, allowed, bias, what: str):
     kwargs = {} if bias is None else {"bias": bias}
     res = _pair(_call(attention_forward, Q, K, V, allowed, what=what, **kwargs), what, "(Y, cache)")
-    return as_array(res[0]), res[1]
+    return _array(res[0], what), res[1]
 
 
 def _forward_problem(attention_forward: Callable, case: dict, Q, K, V, bias, ref_Y) -> str | None:
@@ -678,7 +754,7 @@ def _check_grads(attention_forward: Callable, backward: Callable, names: tuple[s
         A = _np_forward(Q, K, V, case["allowed"], bias)[1]
         variants = _np_backward_variants(A, Q, K, V, dY)
         for name, g in zip(names, grads):
-            g = as_array(g)
+            g = _array(g, what)
             if g.shape != ref[name].shape:
                 fail(what, f"{name} has shape {g.shape}, expected {ref[name].shape}",
                      "Each gradient has the shape of what it is the gradient of.")

@@ -2,3 +2,14 @@
 
 #: The lab's declared total (autograded and manually graded points); `mlbook check` verifies it.
 TOTAL_POINTS = 24
+
+#: Visible tests that read values given cells computed in the kernel with the student's
+#: functions: each counts only when the hidden checks of those functions pass too.
+COVERED_BY = {
+    # keys_scaled / keys_unscaled come from effective_keys, i.e. from attention_entropy.
+    "test_effective_keys": ("test_attention_entropy_hidden",),
+    # median_loss / median_entropy: models from scale_qk_init, trained by train_copy_task, logged with attention_entropy.
+    "test_collapse": ("test_scale_qk_init_hidden", "test_train_copy_task_hidden", "test_attention_entropy_hidden"),
+    # the same runs with qk_decay, which train_copy_task applies.
+    "test_rescue": ("test_scale_qk_init_hidden", "test_train_copy_task_hidden", "test_attention_entropy_hidden"),
+}

@@ -8,12 +8,17 @@ seeds, never exact curves.
 
 Conventions: attention weights are (B, H, T_q, T_k), rows over the last axis; entropy is in
 nats; a TinyDecoder block's ``W_q``/``W_k``/``W_v`` are views of ``attn.in_proj_weight``.
+
+Models: the checks run in the grader, the student's functions in the student's kernel. Every
+model a student's function receives is built there (``_students_copy``) with the weights of a
+model the grader draws and keeps as its reference; what the function did to the copy is read
+back as data (``state_dict``) and compared here with the reference.
 """
 
 from __future__ import annotations
 
-import copy
 import math
+from typing import Any
 
 import numpy as np
 import torch
@@ -21,7 +26,7 @@ import torch
 from mlbook_helpers.checks import as_array
 from mlbook_helpers.copy_task import CopyTask, TinyDecoder, copy_loss
 
-from .._support import call_student, close, diagnose, fail, fresh_rng
+from .._support import call_student, close, diagnose, fail, fresh_rng, helper
 
 # --- the grader's reference ----------------------------------------------------------------
 
@@ -50,6 +55,21 @@ def _random_weights(rng: np.random.Generator, shape: tuple[int, int, int, int]) 
     return w
 
 
+def _students_copy(reference: TinyDecoder, **sizes: Any) -> Any:
+    """A TinyDecoder built in the student's kernel with the weights of the grader's ``reference``.
+
+    Args:
+        reference: the grader's model; it stays here, untouched by the student's code.
+        sizes: the keyword arguments ``reference`` was built with (d_model, n_heads, n_layers).
+    Returns:
+        The kernel's copy (a remote object in a sandboxed check, a local model otherwise).
+    """
+    task = helper("mlbook_helpers.copy_task:CopyTask")(n_data=reference.task.n_data, length=reference.task.length)
+    model = helper("mlbook_helpers.copy_task:TinyDecoder")(task, **sizes)
+    model.load_state_dict(reference.state_dict())
+    return model
+
+
 # --- 1: attention_entropy -------------------------------------------------------------------
 
 
@@ -64,6 +84,8 @@ def check_attention_entropy(attention_entropy) -> None:
         pristine = attn.clone()
         what = f"attention_entropy on {dtype} weights of shape (B, H, T_q, T_k) = {shape}"
         got = call_student(attention_entropy, attn, what=what)
+        # Seen only when the check runs in the student's process: a sandboxed call receives a
+        # copy of `attn`, and a change to it stays in the kernel.
         if not torch.equal(attn, pristine):
             fail(what, "the input weights were changed in place",
                  "Compute on a copy (torch.where, clamp without the underscore), never modify attn.")
@@ -113,30 +135,33 @@ def check_scale_qk_init(scale_qk_init) -> None:
     task = CopyTask(n_data=int(rng.integers(5, 12)), length=int(rng.integers(3, 7)))
     d_model, n_heads = [(24, 3), (48, 4), (20, 5)][int(rng.integers(3))]
     n_layers = 3
+    sizes = dict(d_model=d_model, n_heads=n_heads, n_layers=n_layers)
     torch.manual_seed(int(rng.integers(2**31)))
-    model = TinyDecoder(task, d_model=d_model, n_heads=n_heads, n_layers=n_layers)
+    reference = TinyDecoder(task, **sizes)
+    model = _students_copy(reference, **sizes)
     factor = float(rng.uniform(2.5, 7.5))
-    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    before = {name: p.detach().clone() for name, p in reference.named_parameters()}
     what = f"scale_qk_init(model with {n_layers} blocks, d_model = {d_model}, {n_heads} heads, factor {factor:.2f})"
     call_student(scale_qk_init, model, factor, what=what)
 
-    after = dict(model.named_parameters())
-    missing = sorted(set(before) - set(after))
+    trainable = helper("mlbook_helpers.copy_task:requires_grad")(model)  # parameter name -> requires_grad
+    missing = sorted(set(before) - set(trainable))
     if missing:
         fail(what, f"{missing[0]} is no longer a parameter of the model",
              "Scale in place (`.mul_(factor)` under torch.no_grad()) instead of assigning a plain tensor.")
-    for name, p in after.items():
-        if not p.requires_grad:
+    for name, flag in trainable.items():
+        if not flag:
             fail(what, f"{name} no longer requires grad", "Scale in place under torch.no_grad(); do not detach.")
+    after = {name: t for name, t in model.state_dict().items() if name in before}  # name -> tensor, as data
 
     d = d_model
     parts = {}  # (block, "W_q"/"W_k"/"W_v") -> kind
     for i in range(n_layers):
         packed_before = before[f"blocks.{i}.attn.in_proj_weight"]  # (3 d, d)
-        packed_after = after[f"blocks.{i}.attn.in_proj_weight"].detach()  # (3 d, d)
+        packed_after = after[f"blocks.{i}.attn.in_proj_weight"]  # (3 d, d)
         for j, part in enumerate(("W_q", "W_k", "W_v")):
             parts[i, part] = _kind(packed_after[j * d:(j + 1) * d], packed_before[j * d:(j + 1) * d], factor)
-    others = {name: _kind(after[name].detach(), before[name], factor)
+    others = {name: _kind(after[name], before[name], factor)
               for name in before if not name.endswith("in_proj_weight")}
 
     if all(k == "unchanged" for k in list(parts.values()) + list(others.values())):
@@ -174,8 +199,14 @@ _TINY = dict(d_model=16, n_heads=2, n_layers=2)
 
 
 def _tiny_model(seed: int) -> TinyDecoder:
+    """The grader's tiny model, initialised from ``seed``."""
     torch.manual_seed(seed)
     return TinyDecoder(CopyTask(n_data=8, length=4), **_TINY)
+
+
+def _tiny_copy(reference: TinyDecoder) -> Any:
+    """The student's copy of a tiny model, in the kernel."""
+    return _students_copy(reference, **_TINY)
 
 
 def _measure(model: TinyDecoder, seed: int) -> tuple[float, np.ndarray]:
@@ -196,11 +227,15 @@ def _history(train_copy_task, model, steps, what, **kwargs) -> dict:
     return history
 
 
-def _norms(model: TinyDecoder) -> dict[str, float]:
-    out = {"tok": model.tok.weight.norm().item()}
-    for i, block in enumerate(model.blocks):
-        for part in ("W_q", "W_k", "W_v"):
-            out[f"block {i} {part}"] = getattr(block, part).norm().item()
+def _norms(model: Any) -> dict[str, float]:
+    """Norms of a tiny model's token embedding and of each block's W_q, W_k, W_v, read as data."""
+    state = model.state_dict()  # name -> tensor
+    d = _TINY["d_model"]
+    out = {"tok": state["tok.weight"].norm().item()}
+    for i in range(_TINY["n_layers"]):
+        packed = state[f"blocks.{i}.attn.in_proj_weight"]  # (3 d, d): W_q, W_k, W_v rows
+        for j, part in enumerate(("W_q", "W_k", "W_v")):
+            out[f"block {i} {part}"] = packed[j * d:(j + 1) * d].norm().item()
     return out
 
 
@@ -210,8 +245,8 @@ def check_train_copy_task(train_copy_task) -> None:
     common = dict(lr=0.1, batch_size=16)
 
     # (a) logging cadence and shapes, on another interval than the notebook's
-    model = _tiny_model(seed)
-    untrained = copy.deepcopy(model)
+    untrained = _tiny_model(seed)  # the grader's reference, never trained
+    model = _tiny_copy(untrained)
     what = "train_copy_task(tiny model, steps=9, log_every=3)"
     history = _history(train_copy_task, model, 9, what, seed=seed, log_every=3, **common)
     if list(history["step"]) != [0, 3, 6, 9]:
@@ -239,8 +274,8 @@ def check_train_copy_task(train_copy_task) -> None:
 
     # (c) the seed chooses the data: two seeds, no update, different evaluation batches
     what_seed = "train_copy_task(the same untrained model, steps=0) with two different seeds"
-    h1 = _history(train_copy_task, copy.deepcopy(untrained), 0, what_seed, seed=seed + 11, log_every=3, **common)
-    h2 = _history(train_copy_task, copy.deepcopy(untrained), 0, what_seed, seed=seed + 12, log_every=3, **common)
+    h1 = _history(train_copy_task, _tiny_copy(untrained), 0, what_seed, seed=seed + 11, log_every=3, **common)
+    h2 = _history(train_copy_task, _tiny_copy(untrained), 0, what_seed, seed=seed + 12, log_every=3, **common)
     if close(h1["loss"], h2["loss"], atol=0, rtol=0):
         fail(what_seed, "logged exactly the same loss",
              "The seed is ignored: seed a torch.Generator with it and draw every batch from that generator.")
@@ -251,7 +286,7 @@ def check_train_copy_task(train_copy_task) -> None:
     ratios = []
     for k in range(3):
         what_learn = "train_copy_task(tiny model, steps=60) on three seeds"
-        h = _history(train_copy_task, _tiny_model(seed + 100 + k), 60, what_learn,
+        h = _history(train_copy_task, _tiny_copy(_tiny_model(seed + 100 + k)), 60, what_learn,
                      seed=seed + 100 + k, log_every=30, **common)
         ratios.append(float(h["loss"][-1]) / float(h["loss"][0]))
     if not np.median(ratios) < 0.6:
@@ -263,7 +298,7 @@ def check_train_copy_task(train_copy_task) -> None:
     # step, 0.11 after 10 steps; over 10 seeds the ratio to an undecayed run was at most 0.11,
     # and W_v and the embeddings stayed within 0.3 % of it.
     base = _tiny_model(seed + 7)
-    decayed, plain = copy.deepcopy(base), copy.deepcopy(base)
+    decayed, plain = _tiny_copy(base), _tiny_copy(base)
     what_decay = "train_copy_task(tiny model, steps=10, qk_decay=2.0) against the same run with qk_decay=0"
     _history(train_copy_task, decayed, 10, what_decay, seed=seed, log_every=5, qk_decay=2.0, **common)
     _history(train_copy_task, plain, 10, what_decay, seed=seed, log_every=5, qk_decay=0.0, **common)

@@ -8,8 +8,22 @@ Conventions:
   log-sum-exp, torch float64 autograd for gradients. They are never the notebook's text.
 - Known mistakes are reproduced by ``_stream``, the grader's own NumPy streaming
   implementation with one switch per mistake; ``diagnose`` names the one a result matches.
-- Memory is measured with ``mlbook_helpers.measure.peak_memory`` (the students' tool), and a
-  limit is a fraction of one T x T matrix: an implementation that builds the matrix cannot pass.
+- Memory is measured with ``mlbook_helpers.measure.peak_memory`` (the students' tool) IN THE
+  STUDENT'S KERNEL: ``helper(...)`` reaches the kernel's copy, the grader sends the inputs (drawn
+  here) and reads back the measured ``.bytes``. (Measuring a remote call from the grader would
+  measure the socket, not the student's allocations.) A limit is a fraction of one T x T matrix:
+  an implementation that builds the matrix cannot pass. ``memory_sweep`` is tested on probes
+  built in the kernel too (``mlbook_helpers.measure.square_probe`` and ``copy_probe``), whose
+  peaks are known here.
+- What stays trusted to the kernel: the memory numbers only. A peak is measured inside the
+  student's process, so code that tampers with the measurement there (patching
+  ``mlbook_helpers.measure``, ``tracemalloc`` or torch's dispatch) can report any number, and
+  ``check_chunked_memory``, the memory part of ``check_backward_from_lse`` and
+  ``check_memory_sweep`` (whose subject is a measurement) believe it; so does the visible
+  ``test_memory_growth``, which reads the kernel's peaks. Everything else is judged here: the
+  same functions' outputs are compared, on fresh inputs, with the grader's own reference in
+  this process, so faking a measurement buys the memory points of a function that is otherwise
+  correct, never the points of a wrong one.
 """
 
 from __future__ import annotations
@@ -19,9 +33,10 @@ import math
 import numpy as np
 import torch
 
-from mlbook.labs._support import call_student, close, diagnose, fail, fresh_rng
-from mlbook_helpers.checks import as_array
-from mlbook_helpers.measure import format_bytes, peak_memory
+from mlbook.labs._support import RemoteError, call_student, close, diagnose, fail, fresh_rng, helper
+from mlbook_helpers.checks import Misconception, as_array
+from mlbook_helpers.measure import format_bytes
+from mlbook_probe.wire import WireError
 
 __all__ = [
     "check_attention_matrix_bytes",
@@ -326,16 +341,36 @@ def check_chunked_attention(fn) -> None:
 # 4. memory
 
 
-def _memory_limit_case(fn, args, kwargs, T, what, hint, fraction) -> None:
+def _call_with_objects(fn, *args, what: str, **kwargs):
+    """Call a student's function whose arguments include functions (kernel objects, not arrays).
+
+    ``call_student`` describes a crash by the arguments' shapes, which it reads with ``hasattr``;
+    on a kernel object that read is itself a remote call that fails, so such calls come here.
+    """
+    try:
+        return fn(*args, **kwargs)
+    except (Misconception, WireError, EOFError, OSError, TimeoutError):
+        raise  # a verdict, or the kernel went away: not the student's exception
+    except Exception as exc:  # the student's error, in a sandboxed check as a RemoteError
+        kind, text = (exc.type_name, exc.message) if isinstance(exc, RemoteError) else (type(exc).__name__, str(exc))
+        if kind == "NotImplementedError":
+            fail(what, "not implemented yet", "Replace `raise NotImplementedError()` with your code.")
+        fail(what, f"raised {kind}: {text}", "Make sure the function runs on this size first.")
+
+
+def _kernel_peak_bytes(fn, *args, what: str) -> int:
+    """Peak bytes of ``fn(*args)``, measured by ``peak_memory`` where ``fn`` runs (the kernel)."""
+    measured = _call_with_objects(helper("mlbook_helpers.measure:peak_memory"), fn, *args, what=what)
+    return int(measured.bytes)
+
+
+def _memory_limit_case(fn, args, T, what, hint, fraction) -> None:
     """Fail unless one measured call of fn peaks below `fraction` of one T x T matrix of the inputs' dtype."""
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
-    try:
-        peak = peak_memory(fn, *args, **kwargs)
-    except Exception as exc:  # the student's error: say which call, not where in the grader
-        fail(what, f"raised {type(exc).__name__}: {exc}", "Make sure the function runs on this size first.")
+    peak = _kernel_peak_bytes(fn, *args, what=what)
     one_matrix = T * T * tensors[0].element_size()
-    if peak.bytes >= fraction * one_matrix:
-        fail(what, f"measured peak {format_bytes(peak.bytes)}, while one T x T matrix is {format_bytes(one_matrix)}",
+    if peak >= fraction * one_matrix:
+        fail(what, f"measured peak {format_bytes(peak)}, while one T x T matrix is {format_bytes(one_matrix)}",
              hint)
 
 
@@ -344,7 +379,7 @@ def check_chunked_memory(fn) -> None:
     T, d, c = int(rng.integers(1400, 1600)), 32, 128
     q, k, v = (torch.from_numpy(rng.standard_normal((T, d)).astype(np.float32)) for _ in range(3))
     _memory_limit_case(
-        fn, (q, k, v, c), {}, T, f"peak memory of chunked_attention(T={T}, d={d}, chunk_size={c})",
+        fn, (q, k, v, c), T, f"peak memory of chunked_attention(T={T}, d={d}, chunk_size={c})",
         "A chunked computation holds chunk_size x chunk_size tiles and a (T, d) state, far below the full "
         "T x T matrix: does your code build the full score matrix (or a T x T mask) anywhere?", fraction=0.5)
 
@@ -444,7 +479,7 @@ def check_backward_from_lse(fn) -> None:
         out, lse = torch.softmax(s, dim=-1) @ v, torch.logsumexp(s, dim=-1)
         del s
     _memory_limit_case(
-        fn, (q, k, v, out, dout, lse, c), {}, T,
+        fn, (q, k, v, out, dout, lse, c), T,
         f"peak memory of attention_backward_from_lse(T={T}, d={dm}, chunk_size={c})",
         "Stream over key blocks: each block needs only a (T, chunk_size) slice of A, rebuilt from lse; "
         "does your code build the full T x T matrix?", fraction=1.0)
@@ -459,19 +494,23 @@ def check_memory_sweep(fn) -> None:
     Ts = sorted(int(t) for t in rng.choice(np.arange(150, 500), size=3, replace=False))
     d = int(rng.integers(24, 65))
     extra = int(rng.integers(50_000, 200_000))
+    # Probes are built in the kernel (a grader-side function cannot be sent); their peaks are known here.
     probes = {
         "a function that allocates one float64 T x T tensor": (
-            lambda q, k, v: torch.empty(q.shape[0], q.shape[0], dtype=torch.float64), lambda T: 8 * T * T),
+            helper("mlbook_helpers.measure:square_probe")("float64"), lambda T: 8 * T * T),
         "a function that allocates a copy of q plus a fixed float32 buffer": (
-            lambda q, k, v: (q.clone(), torch.empty(extra)), lambda T: 4 * T * d + 4 * extra),
+            helper("mlbook_helpers.measure:copy_probe")(extra), lambda T: 4 * T * d + 4 * extra),
     }
     slack = 16_384  # Python objects made during the call are counted too (a few KiB)
     for label, (probe, expected) in probes.items():
-        got = call_student(fn, probe, Ts, d, what=f"memory_sweep({label}, T_values={Ts}, d={d})")
-        got = list(np.ravel(as_array(got)))
+        what = f"memory_sweep({label}, T_values={Ts}, d={d})"
+        got = _call_with_objects(fn, probe, Ts, d, what=what)
+        try:
+            got = [float(b) for b in np.ravel(as_array(got))]
+        except (TypeError, ValueError, RemoteError):
+            fail(what, "returned something other than numbers", "Return a list of ints: one measured peak per T.")
         if len(got) != len(Ts):
-            fail(f"memory_sweep({label}, T_values={Ts}, d={d})", f"returned {len(got)} values",
-                 "Return one peak per T, in order.")
+            fail(what, f"returned {len(got)} values", "Return one peak per T, in order.")
         for T, b in zip(Ts, got):
             want = expected(T)
             if abs(b - want) > slack + 0.02 * want:
