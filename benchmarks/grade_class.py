@@ -85,7 +85,8 @@ def main() -> int:
     parser.add_argument("--keep", type=Path, help="keep the two graded courses in this folder")
     args = parser.parse_args()
     work = args.keep or Path(tempfile.mkdtemp(prefix="mlbook-bench-"))
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
+           "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}  # nbgrader runs alembic by name
 
     plain = make_course(work / "plain", args.per_kind)
     mine = Course(work / "mlbook")
@@ -96,8 +97,10 @@ def main() -> int:
           f"{len(os.sched_getaffinity(0))} cores")
     for course in (plain, mine):  # register every lab first: not part of either timing
         for lab in labs:
-            subprocess.run([BIN / "nbgrader", "generate_assignment", lab, "--force", "--log-level=ERROR"],
-                           cwd=course.root, env=env, check=True, capture_output=True)
+            made = subprocess.run([BIN / "nbgrader", "generate_assignment", lab, "--force", "--log-level=ERROR"],
+                                  cwd=course.root, env=env, capture_output=True, text=True)
+            if made.returncode != 0:
+                sys.exit(f"nbgrader generate_assignment {lab} failed:\n{made.stderr[-2000:]}")
 
     plain_s, plain_rss, plain_max = 0.0, 0, 0
     for lab in labs:

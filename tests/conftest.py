@@ -17,10 +17,11 @@ from filelock import FileLock
 
 from harness import GradedLab, grade_lab, load_graded
 
-# Seconds to grade each lab's catalogue on this 2-core machine (measured, one worker each);
-# used only to order the pre-grading, heaviest first. Unknown labs count as 300 s.
-GRADING_COST_S = {"lab05_entropy_collapse": 525, "lab03_masks": 350, "lab04_transformer_block": 340,
-                  "lab06_chunked_attention": 300, "lab01_hand_attention": 170, "lab02_scaling": 120}
+# Seconds to grade each lab's catalogue in the sandbox on this 2-core machine (one worker each,
+# quiet machine, estimated from per-notebook times); used only to order the pre-grading,
+# heaviest first. Unknown labs count as 300 s.
+GRADING_COST_S = {"lab05_entropy_collapse": 420, "lab03_masks": 400, "lab04_transformer_block": 400,
+                  "lab01_hand_attention": 290, "lab06_chunked_attention": 260, "lab02_scaling": 150}
 
 _GRADED: dict[str, GradedLab] = {}
 
