@@ -72,7 +72,12 @@ def command(inner: list[str], submission: Path, socket_path: Path, slot: int, sc
         elif host.is_dir():
             argv += ["--ro-bind", str(host), str(host)]
     argv += ["--dev", "/dev", "--proc", "/proc"]
-    made: set[str] = {"/", "/usr", "/etc"}
+    # Writable scratch first: a read-only path below /tmp (a venv in a temporary clone) must be
+    # mounted on top of the /tmp tmpfs, not hidden by it.
+    argv += ["--perms", "0755", "--dir", str(Path(HOME).parent)]
+    for writable in (HOME, "/tmp"):
+        argv += ["--perms", "01777", "--size", str(scratch_bytes), "--tmpfs", writable]
+    made: set[str] = {"/", "/usr", "/etc", "/tmp", str(Path(HOME).parent), HOME}
     for path in read_only_paths():
         argv += _parents(path, made) + ["--ro-bind", str(path), str(path)]
     mlbook_dir = _package_dir("mlbook")
@@ -80,9 +85,6 @@ def command(inner: list[str], submission: Path, socket_path: Path, slot: int, sc
         argv += ["--tmpfs", str(mlbook_dir)]  # the grader's package (reference checks) stays out of sight
     argv += ["--perms", "0755", "--dir", "/run", "--perms", "0755", "--dir", "/run/mlbook",
              "--ro-bind", str(submission), SUBMISSION, "--bind", str(socket_path), SOCKET]
-    argv += ["--perms", "0755", "--dir", str(Path(HOME).parent)]
-    for writable in (HOME, "/tmp"):
-        argv += ["--perms", "01777", "--size", str(scratch_bytes), "--tmpfs", writable]
     for key, value in env.items():
         argv += ["--setenv", key, value]
     argv += ["--chdir", HOME]
