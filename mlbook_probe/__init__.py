@@ -20,7 +20,7 @@ from typing import Any
 
 from . import wire
 
-__all__ = ["probe_cell", "SOCKET_ENV"]
+__all__ = ["probe_cell", "resolve", "SOCKET_ENV"]
 
 SOCKET_ENV = "MLBOOK_PROBE_SOCKET"
 # What the grader may import here to run on the student's side (helpers students have too).
@@ -42,6 +42,15 @@ def probe_cell(lab: str, grade_id: str) -> None:
         from mlbook_helpers.checks import Misconception
 
         raise Misconception(message)
+
+
+def resolve(qualname: str) -> Any:
+    """The object named ``"module:attr.path"`` (both sides of the wire name objects this way)."""
+    module, _, attr = qualname.partition(":")
+    obj = importlib.import_module(module)
+    for part in filter(None, attr.split(".")):
+        obj = getattr(obj, part)
+    return obj
 
 
 class _Session:
@@ -91,13 +100,10 @@ class _Session:
         op = header.get("op")
         value = lambda key: wire.decode(header.get(key), blobs, self.resolve)  # noqa: E731
         if op == "import":
-            module, _, attr = str(header.get("name", "")).partition(":")
-            if module.split(".")[0] not in IMPORTABLE:
-                raise PermissionError(f"{module} is not importable from a check")
-            obj = importlib.import_module(module)
-            for part in filter(None, attr.split(".")):
-                obj = getattr(obj, part)
-            return obj
+            qualname = str(header.get("name", ""))
+            if qualname.split(":")[0].split(".")[0] not in IMPORTABLE:
+                raise PermissionError(f"{qualname} is not importable from a check")
+            return resolve(qualname)
         if op == "global":
             shell = sys.modules.get("IPython") and sys.modules["IPython"].get_ipython()
             namespace = shell.user_ns if shell is not None else vars(sys.modules["__main__"])

@@ -12,12 +12,11 @@ gives the kernel's copy during a sandboxed session and the grader's own import o
 
 from __future__ import annotations
 
-import importlib
 import socket
 import threading
 from typing import Any
 
-from mlbook_probe import wire
+from mlbook_probe import resolve, wire
 
 _current = threading.local()
 
@@ -127,8 +126,4 @@ def helper(qualname: str) -> Any:
     current = session()
     if current is not None:
         return current.request("import", name=qualname)
-    module, _, attr = qualname.partition(":")
-    obj = importlib.import_module(module)
-    for part in filter(None, attr.split(".")):
-        obj = getattr(obj, part)
-    return obj
+    return resolve(qualname)
