@@ -97,6 +97,18 @@ def tests_are_tests(course: Course, lab: str, source: NotebookNode) -> list[str]
     return problems
 
 
+def hidden_cells_say_what_they_check(course: Course, lab: str, source: NotebookNode) -> list[str]:
+    """A test cell never reaches students empty: text outside its hidden block says what is checked."""
+    problems = []
+    for gid, cell in iter_nbgrader_cells(source):
+        if not has_hidden_tests(cell):
+            continue
+        if not _visible_text(cell.source).strip():
+            problems.append(f"test cell {gid!r} is all hidden: students see an empty locked cell; "
+                            "add a comment above the block saying what it checks")
+    return problems
+
+
 def every_graded_function_has_hidden_test(course: Course, lab: str, source: NotebookNode) -> list[str]:
     """Each answer cell that defines a function is called by a hidden test cell."""
     hidden_text = "\n".join(c.source for _, c in iter_nbgrader_cells(source) if has_hidden_tests(c))
@@ -130,16 +142,19 @@ def release_is_clean(course: Course, lab: str, source: NotebookNode) -> list[str
 
 def _given_text(source: NotebookNode) -> str:
     """The source notebook's text with every solution and hidden-test block removed."""
-    kept = []
-    for cell in source.cells:
-        inside = False
-        for line in cell.source.splitlines():
-            if BEGIN_SOLUTION in line or BEGIN_HIDDEN in line:
-                inside = True
-            elif END_SOLUTION in line or END_HIDDEN in line:
-                inside = False
-            elif not inside:
-                kept.append(line)
+    return "\n".join(_visible_text(cell.source) for cell in source.cells)
+
+
+def _visible_text(text: str) -> str:
+    """One cell's text without its solution and hidden-test blocks: what the release shows of it."""
+    kept, inside = [], False
+    for line in text.splitlines():
+        if BEGIN_SOLUTION in line or BEGIN_HIDDEN in line:
+            inside = True
+        elif END_SOLUTION in line or END_HIDDEN in line:
+            inside = False
+        elif not inside:
+            kept.append(line)
     return "\n".join(kept)
 
 
@@ -273,6 +288,7 @@ RULES: list[Rule] = [
     no_outputs_in_authored,
     answers_have_solutions,
     tests_are_tests,
+    hidden_cells_say_what_they_check,
     every_graded_function_has_hidden_test,
     every_test_is_judged,
     release_is_clean,

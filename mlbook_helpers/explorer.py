@@ -59,8 +59,8 @@ def attention_explorer(
             [
                 widgets.FloatSlider(value=float(m[i, j]), min=-limit, max=limit, step=0.1,
                                     description=f"{name}[{tokens[i]}][{j}]",
-                                    continuous_update=False, layout=widgets.Layout(width="280px"),
-                                    style={"description_width": "110px"})
+                                    continuous_update=False, layout=widgets.Layout(width="340px"),
+                                    style={"description_width": "100px"})
                 for j in range(m.shape[1])
             ]
             for i in range(T)
@@ -108,11 +108,12 @@ def attention_explorer(
     causal.observe(redraw, "value")
     preset.observe(apply_preset, "value")
 
-    panels = [
-        widgets.VBox([widgets.HTML(f"<b>{name}</b>")] + [widgets.HBox(row) for row in sliders[name]])
-        for name in "QKV"
-    ]
-    box = widgets.VBox([widgets.HBox([preset, scale, causal]), widgets.HBox(panels), out])
+    # One tab per matrix, one row of sliders per token: a row is d sliders wide, so it fits a
+    # notebook column at the default width (three matrices side by side did not).
+    tabs = widgets.Tab(children=[widgets.VBox([widgets.HBox(row) for row in sliders[name]]) for name in "QKV"])
+    for i, title in enumerate(("Q (queries)", "K (keys)", "V (values)")):
+        tabs.set_title(i, title)
+    box = widgets.VBox([widgets.HBox([preset, scale, causal]), tabs, out])
     redraw()
     display(box)
     return None

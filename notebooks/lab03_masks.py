@@ -697,6 +697,7 @@ expect_close(to_sdpa_mask(is_pad_demo).float(), padding_mask(is_pad_demo).float(
              hint="SDPA's attn_mask is True where attention is ALLOWED: invert, then add the two axes.")
 
 # %% nbgrader={"grade": true, "grade_id": "test_mask_conversions_hidden", "points": 1}
+# Hidden tests: both conversions, on random batch sizes and key lengths.
 ### BEGIN HIDDEN TESTS
 from mlbook.labs.lab03_masks import hidden
 hidden.check_mask_conversions(to_key_padding_mask, to_sdpa_mask)
@@ -790,6 +791,7 @@ expect(gap_causal > 1e-2, "permutation_gap with the causal mask", f"is {gap_caus
        "The causal mask depends on positions, so permuting the tokens should change the outputs.")
 
 # %% nbgrader={"grade": true, "grade_id": "test_permutation_gap_hidden", "points": 2}
+# Hidden tests: fresh shapes and permutations; the gap is 0 without a mask and > 0 with the causal one.
 ### BEGIN HIDDEN TESTS
 from mlbook.labs.lab03_masks import hidden
 hidden.check_permutation_gap(permutation_gap)

@@ -59,3 +59,17 @@ def test_every_answer_cell_of_the_release_is_a_stub(lab):
         meta = cell.metadata.get("nbgrader", {})
         if meta.get("solution") and cell.cell_type == "code":
             assert "raise NotImplementedError" in cell.source, f"{meta['grade_id']} is not a stub in the release"
+
+
+def test_an_all_hidden_test_cell_is_flagged_and_a_commented_one_is_not():
+    from mlbook.lint import hidden_cells_say_what_they_check
+
+    def source_with(text):
+        cell = nbformat.v4.new_code_cell(text, metadata={"nbgrader": normalize_nbgrader(
+            {"grade": True, "grade_id": "test_x_hidden", "points": 1})})
+        return nbformat.v4.new_notebook(cells=[cell])
+
+    hidden = "### BEGIN HIDDEN TESTS\ncheck(f)\n### END HIDDEN TESTS\n"
+    problems = hidden_cells_say_what_they_check(REPO, LABS[0], source_with(hidden))
+    assert problems and "test_x_hidden" in problems[0]
+    assert not hidden_cells_say_what_they_check(REPO, LABS[0], source_with("# Hidden tests: f on fresh inputs.\n" + hidden))

@@ -1,0 +1,143 @@
+"""A TA in nbgrader's formgrader, inside JupyterLab, after a class was autograded.
+
+The class is two students of lab 1, graded with ``mlbook autograde`` in the suite's scratch
+course (the course the server serves): ``demo-ada`` handed in the reference solution and
+``demo-cleo`` the lab's first demo mutant. The formgrader must list them with the scores the
+gradebook holds, and a score typed for a written answer must land in the gradebook (read
+back through nbgrader's Gradebook API).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+from nbgrader.api import Gradebook
+from playwright.sync_api import FrameLocator, Page, expect
+
+from browser_suite import GROUP, REPO
+from labpage import menu
+from mlbook import submissions
+from mlbook.catalogue import load_catalogue
+from mlbook.notebooks import is_answer, iter_nbgrader_cells, read_nb
+
+pytestmark = pytest.mark.xdist_group(GROUP)
+
+LAB = "lab01_hand_attention"
+GRADE_TIMEOUT_S = 600
+SAVE_TIMEOUT_S = 30
+SCORE = re.compile(r"^\s*([\d.]+)\s*/\s*([\d.]+)\s*$")
+
+
+@pytest.fixture(scope="module")
+def graded_class(course):
+    """Two lab 1 submissions in the scratch course, autograded by ``mlbook autograde``.
+
+    Returns:
+        The students, in the order they were placed.
+    """
+    mutant = next(m for m in load_catalogue(LAB).mutants if m.demo)
+    submissions.submit(course, "demo-ada", LAB, submissions.reference(course, LAB))
+    submissions.submit(course, "demo-cleo", LAB, submissions.reference(course, LAB, mutant.cells))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+    run = subprocess.run([sys.executable, "-m", "mlbook.cli", "autograde", LAB, "--quiet"], cwd=course.root,
+                         env=env, capture_output=True, text=True, timeout=GRADE_TIMEOUT_S)
+    assert run.returncode == 0, f"`mlbook autograde {LAB}` failed ({run.returncode}):\n{run.stdout}\n{run.stderr}"
+    return ["demo-ada", "demo-cleo"]
+
+
+def written_answer_id() -> str:
+    """grade_id of lab 1's written answer (a graded markdown answer cell)."""
+    nb = read_nb(REPO.source(LAB))
+    return next(gid for gid, cell in iter_nbgrader_cells(nb)
+                if is_answer(cell) and cell.cell_type == "markdown" and cell.metadata["nbgrader"].get("grade"))
+
+
+def open_formgrader(page: Page) -> FrameLocator:
+    """Nbgrader > Formgrader in JupyterLab's menu bar; returns the formgrader panel's frame."""
+    menu(page, "Nbgrader", "Formgrader")
+    frame = page.frame_locator("#formgrader iframe")
+    expect(frame.get_by_role("link", name="Manual Grading")).to_be_visible(timeout=90_000)
+    return frame
+
+
+def open_submissions_table(frame: FrameLocator) -> None:
+    """Manual Grading > lab 1 > its notebook, with the students' names shown."""
+    frame.get_by_role("link", name="Manual Grading").click()
+    frame.locator(f'table a[href$="/gradebook/{LAB}"]').click()
+    frame.locator(f'table a[href$="/gradebook/{LAB}/{LAB}"]').click()
+    expect(frame.locator("#main-table a.name-hidden").first).to_be_visible()  # rows loaded, names hidden
+    frame.locator("#toggle_names").click()
+    expect(frame.locator("#main-table a.name-shown").first).to_be_visible()
+
+
+def listed_scores(frame: FrameLocator) -> dict[str, dict[str, tuple[float, float]]]:
+    """student -> {"score"|"code-score"|"written-score": (points, out of)} from the formgrader's table."""
+    rows = frame.locator("#main-table tr")
+    expect(rows.first.locator("a.name-shown")).to_be_visible()
+    listed = {}
+    for row in rows.all():
+        student = row.locator("a.name-shown").inner_text().strip()
+        listed[student] = {}
+        for column in ("score", "code-score", "written-score"):
+            text = row.locator(f"td.{column}").inner_text()
+            match = SCORE.match(text)
+            assert match, f"the formgrader shows {text!r} as {student}'s {column}"
+            listed[student][column] = (float(match.group(1)), float(match.group(2)))
+    return listed
+
+
+def gradebook_scores(db_url: str, students: list[str]) -> dict[str, dict[str, tuple[float, float]]]:
+    """The same figures as ``listed_scores``, from nbgrader's gradebook."""
+    with Gradebook(db_url) as gradebook:
+        scores = {}
+        for student in students:
+            nb = gradebook.find_submission_notebook(LAB, LAB, student)
+            scores[student] = {"score": (nb.score, nb.max_score), "code-score": (nb.code_score, nb.max_code_score),
+                               "written-score": (nb.written_score, nb.max_written_score)}
+        return scores
+
+
+def manual_score(db_url: str, grade_id: str, student: str) -> float | None:
+    with Gradebook(db_url) as gradebook:
+        return gradebook.find_grade(grade_id, LAB, LAB, student).manual_score
+
+
+def test_formgrader_lists_the_class_with_the_gradebook_scores(graded_class, page, course, shots):
+    frame = open_formgrader(page)
+    open_submissions_table(frame)
+    shots.take(page, "formgrader lab 1 submissions")
+    listed = listed_scores(frame)
+    assert sorted(listed) == sorted(graded_class), f"the formgrader lists {sorted(listed)}"
+    assert listed == gradebook_scores(course.db_url, graded_class)
+    assert listed["demo-ada"]["code-score"][0] > listed["demo-cleo"]["code-score"][0], \
+        "the mutant's code score is not below the reference's: the class was not really graded"
+
+
+def test_a_written_answer_graded_by_hand_is_saved_in_the_gradebook(graded_class, page, course, shots):
+    student, grade_id = "demo-ada", written_answer_id()
+    before = manual_score(course.db_url, grade_id, student)
+    points = 2.0 if before != 2.0 else 1.0
+
+    frame = open_formgrader(page)
+    open_submissions_table(frame)
+    frame.locator("a.name-shown", has_text=student).click()
+    score_box = frame.locator(f"input.score#{grade_id}")
+    expect(score_box).to_be_visible()
+    # the grading page binds its inputs once it has fetched the grades; a score typed before is lost
+    grading_page = page.locator("#formgrader iframe").element_handle().content_frame()
+    grading_page.wait_for_function("() => window.formgrader && formgrader.grades && formgrader.grades.loaded")
+    score_box.scroll_into_view_if_needed()
+    score_box.fill(f"{points:g}")
+    score_box.press("Tab")  # the formgrader saves a score when the field loses focus
+    deadline = time.monotonic() + SAVE_TIMEOUT_S
+    while manual_score(course.db_url, grade_id, student) != points and time.monotonic() < deadline:
+        time.sleep(0.2)
+    score_box.scroll_into_view_if_needed()
+    shots.take(page, "formgrader written answer scored")
+    saved = manual_score(course.db_url, grade_id, student)
+    assert saved == points, f"typed {points:g} for {student}'s {grade_id}; the gradebook holds {saved}"

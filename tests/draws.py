@@ -1,0 +1,121 @@
+"""Run a lab's test cells in-process on many seeded draws (no kernel, no nbgrader).
+
+Hidden checks draw fresh inputs on every grading run (``MLBOOK_SEED`` unset). A tolerance
+that is right on most draws and wrong on a few shows up in real grading as a rare, unfair
+failure. This module runs every test cell of a solution (the reference, or an alternative
+from the lab's catalogue) once per seed, so such a tolerance fails a test deterministically.
+
+It executes the notebook's code cells in one plain dict namespace, in order, in this
+process; the verdict of a test cell is whether its source (visible and hidden part) raised.
+The seeds are fixed (0, 1, 2, ...), so a failure here names the ``MLBOOK_SEED`` that
+reproduces it in real grading.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import time
+import warnings
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from mlbook.catalogue import load_catalogue
+from mlbook.notebooks import grade_id, is_answer, is_test, read_authored, reference_answers
+
+from harness import REPO
+
+
+@dataclass(frozen=True)
+class DrawFailure:
+    cell: str  # the test cell's grade_id
+    seed: int
+    message: str
+
+
+def solutions(lab: str) -> dict[str, dict[str, str]]:
+    """Solution name -> answer cell grade_id -> code, for the reference and every alternative."""
+    reference = reference_answers(read_authored(REPO.authored(lab)))
+    out = {"reference": reference}
+    for alt in load_catalogue(lab).alternatives:
+        out[f"alt-{alt.name}"] = {**reference, **alt.cells}
+    return out
+
+
+@contextlib.contextmanager
+def _seed(seed: int) -> Iterator[None]:
+    old = os.environ.get("MLBOOK_SEED")
+    os.environ["MLBOOK_SEED"] = str(seed)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("MLBOOK_SEED", None)
+        else:
+            os.environ["MLBOOK_SEED"] = old
+
+
+def _run(source: str, namespace: dict) -> str | None:
+    """Execute one cell; the last error line when it raised, None when it did not."""
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), \
+                warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            exec(compile(source, "<cell>", "exec"), namespace)  # noqa: S102 - the course's own cells
+    except BaseException as exc:  # noqa: BLE001 - a test cell's failure is data here
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        return f"{type(exc).__name__}: {exc}".splitlines()[0][:400] if str(exc) else type(exc).__name__
+    return None
+
+
+def failing_draws(lab: str, answers: dict[str, str], draws: int, cells: Iterable[str] | None = None,
+                  seconds_per_cell: float = 0.4, min_draws: int = 10) -> tuple[list[DrawFailure], dict[str, int]]:
+    """Run a solution's notebook once, then its test cells on seeded draws.
+
+    The first pass (``MLBOOK_SEED=0``) builds the namespace as a kernel would. Then each test
+    cell (or only those named in ``cells``) is re-run with seeds 1, 2, ... up to ``draws`` seeds
+    in all, stopping early once it has used ``seconds_per_cell`` and run ``min_draws``: cheap
+    numeric checks, where tolerances bite, get every draw; a check that trains a model gets
+    ``min_draws``.
+
+    Returns:
+        (the failing (cell, seed) pairs with their messages, cell -> seeds it ran on).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    nb = read_authored(REPO.authored(lab))
+    namespace: dict = {"__name__": "__main__"}
+    tests: list[tuple[str, str]] = []
+    failures: list[DrawFailure] = []
+    wanted = None if cells is None else set(cells)
+    last = max((i for i, c in enumerate(nb.cells) if wanted is None or grade_id(c) in wanted), default=-1)
+    with _seed(0):
+        for cell in nb.cells[:last + 1]:  # the cells after the last one wanted cannot change its verdict
+            if cell.cell_type != "code":
+                continue
+            source = answers.get(grade_id(cell), cell.source) if is_answer(cell) else cell.source
+            error = _run(source, namespace)
+            plt.close("all")
+            if is_test(cell):
+                tests.append((grade_id(cell), source))
+                if error:
+                    failures.append(DrawFailure(grade_id(cell), 0, error))
+    ran: dict[str, int] = {}
+    for gid, source in tests:
+        if wanted is not None and gid not in wanted:
+            continue
+        started, seed = time.perf_counter(), 1
+        while seed < draws and (seed < min_draws or time.perf_counter() - started < seconds_per_cell):
+            with _seed(seed):
+                error = _run(source, namespace)
+            plt.close("all")
+            if error:
+                failures.append(DrawFailure(gid, seed, error))
+            seed += 1
+        ran[gid] = seed
+    return failures, ran
