@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
+import debian_chromium
 from harness import GradedLab, grade_lab, load_graded
 
 # Seconds to grade each lab's catalogue in the sandbox on this 2-core machine (one worker each,
@@ -72,3 +73,15 @@ def _pregrade_this_workers_share(request, tmp_path_factory):
     base = _shared_base(tmp_path_factory)
     for lab in share:
         _graded(lab, base)
+
+
+@pytest.fixture(scope="session")
+def chromium():
+    """Debian's Chromium (a Playwright Browser), one per test process; see ``debian_chromium``."""
+    try:
+        playwright, browser = debian_chromium.start()
+    except RuntimeError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    yield browser
+    browser.close()
+    playwright.stop()

@@ -24,9 +24,6 @@ from mlbook.status import ERROR, GRADED, StatusStore
 LAB = "lab01_hand_attention"
 CORRUPT = "report-corrupt"
 pytestmark = [pytest.mark.xdist_group(LAB), pytest.mark.slow]
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]
 
 
 def _corrupt(course: Course, student: str, lab: str) -> None:
@@ -165,30 +162,22 @@ def test_report_is_written_in_under_10_seconds(report):
     assert seconds < 10, f"writing the report took {seconds:.1f} s"
 
 
-def test_report_opens_offline_in_chromium_without_console_errors_or_requests(report):
-    from playwright.sync_api import Error, sync_playwright
-
+def test_report_opens_offline_in_chromium_without_console_errors_or_requests(report, chromium):
     _, path, text, _, _ = report
     assert "http://" not in text and "https://" not in text, "the report holds a URL"
     url = path.resolve().as_uri()
     requests, problems = [], []
-    with sync_playwright() as p:
-        try:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        except Error as exc:
-            pytest.fail(f"cannot start Debian's Chromium at {CHROMIUM} through Playwright "
-                        f"(install it with `make system`): {exc}")
-        try:
-            page = browser.new_page()
-            page.on("request", lambda r: requests.append(r.url))
-            page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}")
-                    if m.type in ("error", "warning") else None)
-            page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
-            page.goto(url, wait_until="load")
-            sizes = page.eval_on_selector_all("figure svg", "els => els.map(e => e.getBoundingClientRect().width)")
-            heading = page.inner_text("h1")
-        finally:
-            browser.close()
+    page = chromium.new_page()
+    try:
+        page.on("request", lambda r: requests.append(r.url))
+        page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}")
+                if m.type in ("error", "warning") else None)
+        page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+        page.goto(url, wait_until="load")
+        sizes = page.eval_on_selector_all("figure svg", "els => els.map(e => e.getBoundingClientRect().width)")
+        heading = page.inner_text("h1")
+    finally:
+        page.close()
     assert requests == [url], f"the report requested more than itself: {requests}"
     assert problems == []
     assert len(sizes) == 4 and all(w > 100 for w in sizes), f"figures not drawn: widths {sizes}"

@@ -4,7 +4,7 @@ Conventions:
 - One scratch course, one ``jupyter lab`` (see ``labserver``) and one page showing JupyterLab
   per test session; every test works on its own copy of a notebook under ``work/<test>/``,
   and its documents are closed and its kernels shut down when it ends.
-- The browser is Debian's Chromium (``browser_suite.CHROMIUM``), driven by Playwright. When it cannot
+- The browser is Debian's Chromium (the ``chromium`` fixture of tests/conftest.py), driven by Playwright. When it cannot
   start, every test FAILS saying why (never skips).
 - Screenshots of each step go to ``$MLBOOK_SCREENSHOTS/<test>/``; by default to
   ``browser-screenshots`` in the run's pytest temporary folder (shared by all workers under
@@ -20,9 +20,8 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from playwright.sync_api import sync_playwright
 
-from browser_suite import CHROMIUM, CHROMIUM_ARGS, REPO, VIEWPORT, WORKSPACE
+from browser_suite import REPO, VIEWPORT, WORKSPACE
 from labpage import MODEL_JS, Shots, load_lab, tidy
 from labserver import LabServer, start_lab
 from mlbook.course import Course
@@ -73,22 +72,6 @@ def lab_server(course, tmp_path_factory):
     server.stop()
 
 
-@pytest.fixture(scope="session")
-def browser():
-    """Debian's Chromium under Playwright (headless)."""
-    if not Path(CHROMIUM).is_file():
-        pytest.fail(f"no browser at {CHROMIUM}: install Debian's chromium (`make system`)", pytrace=False)
-    playwright = sync_playwright().start()
-    try:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-    except Exception as exc:  # any launch failure: say what failed, never skip
-        playwright.stop()
-        pytest.fail(f"Chromium at {CHROMIUM} could not start under Playwright: {exc}", pytrace=False)
-    yield chromium
-    chromium.close()
-    playwright.stop()
-
-
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item, call):
     report = yield
@@ -104,9 +87,9 @@ def shots(request, screenshots) -> Shots:
 
 
 @pytest.fixture(scope="session")
-def lab_page(browser, lab_server: LabServer):
+def lab_page(chromium, lab_server: LabServer):
     """One browser page showing JupyterLab for the whole session (loading the app costs seconds)."""
-    context = browser.new_context(viewport=VIEWPORT)
+    context = chromium.new_context(viewport=VIEWPORT)
     context.grant_permissions(["clipboard-read", "clipboard-write"], origin=lab_server.url.rstrip("/"))
     context.add_init_script(MODEL_JS)
     context.set_default_timeout(30_000)
