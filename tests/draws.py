@@ -14,6 +14,7 @@ reproduces it in real grading.
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import os
 import time
@@ -34,9 +35,16 @@ class DrawFailure:
     message: str
 
 
+@functools.cache
+def _authored(lab: str):
+    """The lab's source notebook, read once per process (callers do not modify it)."""
+    return read_authored(REPO.authored(lab))
+
+
+@functools.cache
 def solutions(lab: str) -> dict[str, dict[str, str]]:
     """Solution name -> answer cell grade_id -> code, for the reference and every alternative."""
-    reference = reference_answers(read_authored(REPO.authored(lab)))
+    reference = reference_answers(_authored(lab))
     out = {"reference": reference}
     for alt in load_catalogue(lab).alternatives:
         out[f"alt-{alt.name}"] = {**reference, **alt.cells}
@@ -88,7 +96,7 @@ def failing_draws(lab: str, answers: dict[str, str], draws: int, cells: Iterable
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    nb = read_authored(REPO.authored(lab))
+    nb = _authored(lab)
     namespace: dict = {"__name__": "__main__"}
     tests: list[tuple[str, str]] = []
     failures: list[DrawFailure] = []

@@ -12,9 +12,8 @@ from __future__ import annotations
 import pytest
 
 from draws import failing_draws, solutions
-from harness import LABS, REPO
+from harness import LABS
 from mlbook.catalogue import load_catalogue
-from mlbook.notebooks import read_authored, reference_answers
 
 CORRECT_DRAWS = 250  # per test cell for cheap checks; one that trains a model gets at least 10
 MUTANT_DRAWS = 25
@@ -40,7 +39,7 @@ def test_correct_solutions_pass_every_check_on_every_draw(lab, solution):
 
 @pytest.mark.parametrize(("lab", "mutant"), _mutant_params())
 def test_mutants_fail_their_cells_on_every_draw(lab, mutant):
-    answers = {**reference_answers(read_authored(REPO.authored(lab))), **mutant.cells}
+    answers = {**solutions(lab)["reference"], **mutant.cells}
     failures, ran = failing_draws(lab, answers, MUTANT_DRAWS, cells=mutant.must_fail, seconds_per_cell=0.25)
     assert set(ran) == set(mutant.must_fail), f"no test cells {set(mutant.must_fail) - set(ran)} in {lab}"
     failed = {(f.cell, f.seed) for f in failures}
