@@ -43,7 +43,7 @@ def cmd_run(args) -> int:
         raise MlbookError(f"{path.relative_to(course.root)} does not exist; run `mlbook build {lab}`")
     _require_sandbox(args)
     result = execute_sandboxed(read_nb(path), lab_plan(lab, course.source(lab)), _limits(args),
-                               sandboxed=not args.unsandboxed)
+                               sandboxed=not args.unsandboxed, warm=False)  # one notebook: a cold start is cheaper
     if result.error:
         print(f"  the notebook failed as a whole: {result.error}")
     failing = 0
@@ -104,22 +104,29 @@ def cmd_check(args) -> int:
 
 
 def cmd_autograde(args) -> int:
-    from .grading import GradingOptions, autograde
+    from .grading import GradingOptions, autograde_labs
+    from .sandbox import forkserver
 
+    if not args.unsandboxed and not args.scheduler:
+        forkserver.warm_up()  # torch and friends load while the gradebook and submissions are read
     course = _course(args)
     options = GradingOptions(workers=args.workers, scheduler=args.scheduler, limits=_limits(args),
                              sandboxed=not args.unsandboxed)
     errors = 0
-    for lab in course.resolve_labs(args.labs):
-        run = autograde(course, lab, args.student or None, force=args.force, progress=not args.quiet, options=options)
+    runs = autograde_labs(course, course.resolve_labs(args.labs), args.student or None, force=args.force,
+                          progress=not args.quiet, options=options)
+    for lab, run in runs.items():
         for attempt in run.attempts:
             if attempt.warning:
                 print(f"{lab}/{attempt.student}: warning: {attempt.warning}")
         for attempt in run.errors:
             print(f"{lab}/{attempt.student}: ERROR: {attempt.reason}")
         print(f"{lab}: graded {len(run.attempts) - len(run.errors)}, errors {len(run.errors)}, "
-              f"skipped (already graded) {len(run.skipped)}" + (f" in {run.seconds:.0f} s" if run.attempts else ""))
+              f"skipped (already graded) {len(run.skipped)}")
         errors += len(run.errors)
+    attempts = sum(len(run.attempts) for run in runs.values())
+    if attempts:
+        print(f"{attempts} notebook(s) of {len(runs)} lab(s) graded in {max(r.seconds for r in runs.values()):.0f} s")
     return 1 if errors else 0
 
 

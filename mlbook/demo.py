@@ -22,7 +22,7 @@ from .catalogue import load_catalogue
 from .course import Course
 from .export import export_csv
 from .feedback import generate_feedback
-from .grading import autograde
+from .grading import autograde_labs
 from .report import write_report
 from .results import collect
 from .status import ERROR, GRADED
@@ -66,8 +66,10 @@ def run_demo(course: Course, labs: list[str], echo=print) -> int:
     plans = {}
     for lab in labs:
         plans[lab] = make_demo_class(course, lab)
-        echo(f"grade    {lab}: {len(plans[lab])} demo submissions")
-        autograde(course, lab, list(plans[lab]), force=True)
+        echo(f"submit   {lab}: {len(plans[lab])} demo submissions")
+    echo(f"grade    {sum(len(p) for p in plans.values())} notebooks of {len(labs)} lab(s) in one batch")
+    autograde_labs(course, labs, {lab: list(plan) for lab, plan in plans.items()}, force=True)
+    for lab in labs:
         generate_feedback(course, lab, list(plans[lab]))
     csv_path = export_csv(course, labs)
 

@@ -30,6 +30,57 @@ if _BIN not in os.environ.get("PATH", "").split(os.pathsep):
     os.environ["PATH"] = _BIN + os.pathsep + os.environ.get("PATH", "")
 
 
+def _check_nbgrader_schema_once() -> None:
+    """nbgrader validates every cell's metadata with ``jsonschema.validate``, which checks the
+    schema itself against its metaschema on every call: about 5 ms per cell, half of recording
+    one graded notebook (measured in issue #9). The schema is nbgrader's own file; check it the
+    first time it is seen and keep its validator. Same errors, same messages."""
+    import json
+    import types
+
+    import jsonschema
+    from nbgrader.nbgraderformat import common
+
+    validators: dict[str, object] = {}
+
+    def validate(instance, schema) -> None:
+        key = json.dumps(schema, sort_keys=True)
+        validator = validators.get(key)
+        if validator is None:
+            cls = jsonschema.validators.validator_for(schema)
+            cls.check_schema(schema)
+            validator = validators[key] = cls(schema)
+        error = jsonschema.exceptions.best_match(validator.iter_errors(instance))
+        if error is not None:
+            raise error
+
+    common.jsonschema = types.SimpleNamespace(validate=validate, ValidationError=jsonschema.ValidationError)
+
+
+def _one_engine_per_database() -> None:
+    """nbgrader opens a new ``Gradebook``, and with it a new SQLAlchemy engine, several times per
+    notebook it records, so no query is ever served from an engine's compiled-statement cache:
+    each of the ~150 lookups per notebook is compiled afresh (a third of recording, measured in
+    issue #9). Keep one engine per database URL; ``Gradebook.close`` still disposes of its
+    connections, and sessions stay per ``Gradebook``."""
+    import nbgrader.api
+
+    engines: dict = {}
+    create = nbgrader.api.create_engine
+
+    def create_engine(url, **options):
+        key = (str(url), tuple(sorted(options.items())))
+        if key not in engines:
+            engines[key] = create(url, **options)
+        return engines[key]
+
+    nbgrader.api.create_engine = create_engine
+
+
+_check_nbgrader_schema_once()
+_one_engine_per_database()
+
+
 def load_config(course: Course) -> Config:
     """The course's ``nbgrader_config.py`` with the root pinned to the course folder."""
     try:

@@ -46,6 +46,10 @@ class StatusStore:
     def get(self, lab: str, student: str) -> Attempt:
         return self._entries.get(self._key(lab, student), Attempt(lab, student, MISSING))
 
+    def attempts(self, lab: str) -> list[Attempt]:
+        """Every recorded attempt of ``lab`` (one per student)."""
+        return [a for a in self._entries.values() if a.lab == lab]
+
     def record(self, attempt: Attempt) -> None:
         attempt.finished_at = attempt.finished_at or time.time()
         self._entries[self._key(attempt.lab, attempt.student)] = attempt

@@ -56,7 +56,15 @@ class CappedClient(NotebookClient):
         return super().output(outs, msg, display_id, cell_index)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, fork_kernel: bool = False) -> int:
+    """Run the notebook; with ``fork_kernel`` (a warm fork from ``mlbook_probe.zygote``) the
+    kernel is a fork of this process (``mlbook_probe.forked_kernel``) instead of a new one."""
+    manager_class = None
+    if fork_kernel:
+        from .forked_kernel import ForkedKernelManager, KernelSeed
+
+        ForkedKernelManager.seed = KernelSeed()  # first, while this process has one thread
+        manager_class = ForkedKernelManager
     parser = argparse.ArgumentParser()
     parser.add_argument("notebook")
     parser.add_argument("--out-fd", type=int, required=True)
@@ -69,10 +77,11 @@ def main(argv: list[str] | None = None) -> int:
     nb = nbformat.read(args.notebook, as_version=4)
     client = CappedClient(nb, timeout=args.cell_timeout, interrupt_on_timeout=True, allow_errors=True,
                           kernel_name="python3", shutdown_kernel="immediate", extra_arguments=KERNEL_ARGS,
-                          resources={"metadata": {"path": os.getcwd()}})
+                          resources={"metadata": {"path": os.getcwd()}},
+                          **({"kernel_manager_class": manager_class} if manager_class else {}))
     client.max_cell_bytes, client.max_cell_lines, client._used = args.max_cell_bytes, args.max_cell_lines, {}
     error = None
-    timings = {"process_start": _STARTED, "cells": []}
+    timings = {"process_start": time.time() if fork_kernel else _STARTED, "cells": []}
     try:
         timings["kernel_start"] = time.time()
         with client.setup_kernel():

@@ -40,6 +40,7 @@ def code_attacks(root: Path, port: int) -> dict[str, str]:
         "os-exit": "import os\nos._exit(1)\n",
         "kill-self": "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n",
         "sys-exit": "import sys\nsys.exit()\n",
+        "kill-everything-visible": "import os, signal\nos.kill(-1, signal.SIGKILL)\n",  # the runner, the fork server?
         "exit-builtin": "exit()\n",
         "eat-memory": "hog = []\nwhile True:\n    hog.append(bytearray(64 * 2**20))\n",
         "fork-bomb": "import os\nwhile True:\n    os.fork()\n",
@@ -177,6 +178,7 @@ def test_a_renamed_notebook_is_matched_by_its_grade_ids_and_graded_with_a_warnin
     ("attack-corrupt-json", r"not valid JSON"),
     ("attack-os-exit", r"kernel died"),
     ("attack-kill-self", r"kernel died"),
+    ("attack-kill-everything-visible", r"kernel died|returned no notebook"),
     ("attack-loop-ignoring-sigint", r"time budget|ignored the interrupt"),
 ])
 def test_a_submission_that_fails_as_a_whole_is_an_error_with_a_reason(batch, student, reason):

@@ -1,5 +1,6 @@
-"""Grading at scale gives the same grades: 1 worker, 2 workers, a Dask cluster of two workers
-(real scheduler and worker processes on loopback) and a shared PostgreSQL gradebook."""
+"""Grading at scale gives the same grades: 1 worker, 2 workers, kernels started cold instead of
+forked warm, a Dask cluster of two workers (real scheduler and worker processes on loopback)
+and a shared PostgreSQL gradebook."""
 
 from __future__ import annotations
 
@@ -34,12 +35,18 @@ def grades(course) -> dict:
     return {r.student: (r.status, {g: c.score for g, c in sorted(r.cells.items())}) for r in collect(course, LAB)}
 
 
-def test_grades_are_identical_for_one_worker_two_workers_dask_and_postgres(tmp_path_factory):
+def test_grades_are_identical_for_one_worker_two_workers_dask_and_postgres(tmp_path_factory, monkeypatch):
     base = tmp_path_factory.mktemp("scale")
     runs = {}
     one = make_class(base / "one-worker")
     autograde(one, LAB, progress=False, options=GradingOptions(workers=1))
     runs["1 worker"] = grades(one)
+
+    monkeypatch.setenv("MLBOOK_FORKSERVER", "0")  # every kernel started cold, as without root
+    cold = make_class(base / "cold-kernels")
+    autograde(cold, LAB, progress=False, options=GradingOptions(workers=2))
+    runs["2 workers, cold kernels"] = grades(cold)
+    monkeypatch.delenv("MLBOOK_FORKSERVER")
 
     two = make_class(base / "two-workers")
     autograde(two, LAB, progress=False, options=GradingOptions(workers=2))

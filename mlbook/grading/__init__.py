@@ -10,6 +10,7 @@
 
 from ..nbgrader_env import api_for
 from .register import assignment_registered, register_assignment
-from .run import GradingOptions, GradingRun, autograde
+from .run import GradingOptions, GradingRun, autograde, autograde_labs
 
-__all__ = ["autograde", "GradingOptions", "GradingRun", "assignment_registered", "register_assignment", "api_for"]
+__all__ = ["autograde", "autograde_labs", "GradingOptions", "GradingRun", "assignment_registered",
+           "register_assignment", "api_for"]

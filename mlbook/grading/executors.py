@@ -79,17 +79,27 @@ class LocalExecutor:
         self.workers = max(1, workers)
 
     def run(self, tasks: Iterable[Task]) -> Iterator[tuple[Task, SandboxResult]]:
-        tasks = list(tasks)
+        """Results as they finish. ``tasks`` is drawn lazily (preparing a task is work too), and a
+        freed worker gets its next task before the finished one is handed back to be recorded."""
+        tasks = iter(tasks)
         if self.workers == 1:
             for task in tasks:
                 yield task, run_task(task)
             return
         with ThreadPoolExecutor(self.workers, thread_name_prefix="sandbox") as pool:
-            pending = {pool.submit(run_task, t): t for t in tasks}
+            pending: dict = {}
+
+            def top_up() -> None:
+                while len(pending) < self.workers and (task := next(tasks, None)) is not None:
+                    pending[pool.submit(run_task, task)] = task
+
+            top_up()
             while pending:
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
-                for future in done:
-                    yield pending.pop(future), future.result()
+                finished = [(pending.pop(future), future) for future in done]
+                top_up()
+                for task, future in finished:
+                    yield task, future.result()
 
 
 class DaskExecutor:

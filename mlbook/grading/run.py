@@ -9,18 +9,21 @@ unless forced; a progress bar shows done/total, errors and an ETA.
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
+import statistics
 import time
+from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator, Mapping
 
 import nbformat
 
 from ..course import Course
 from ..errors import MlbookError
 from ..nbgrader_env import api_for, load_config
-from ..sandbox import bwrap
+from ..sandbox import bwrap, forkserver
 from ..sandbox.limits import Limits
 from ..status import ERROR, GRADED, Attempt, StatusStore
 from .executors import DaskExecutor, LocalExecutor, Task
@@ -65,81 +68,151 @@ def autograde(
     on_attempt: Callable[[Attempt], None] | None = None,
     options: GradingOptions | None = None,
 ) -> GradingRun:
-    """Autograde ``students`` (default: every submission of ``lab``).
+    """Autograde ``students`` (default: every submission of ``lab``); see ``autograde_labs``."""
+    return autograde_labs(course, [lab], students, force=force, progress=progress, on_attempt=on_attempt,
+                          options=options)[lab]
+
+
+def autograde_labs(
+    course: Course,
+    labs: list[str],
+    students: Iterable[str] | Mapping[str, Iterable[str]] | None = None,
+    *,
+    force: bool = False,
+    progress: bool = True,
+    on_attempt: Callable[[Attempt], None] | None = None,
+    options: GradingOptions | None = None,
+) -> dict[str, GradingRun]:
+    """Autograde several labs as one batch: every submission of every lab shares the workers,
+    so a slow notebook of one lab never leaves a core idle while the next lab waits.
 
     Args:
         course: the course directory.
-        lab: the lab (nbgrader assignment id).
-        students: student ids; all with a ``submitted/<student>/<lab>`` folder when omitted.
+        labs: the labs (nbgrader assignment ids).
+        students: student ids (the same for every lab, or per lab in a mapping); when omitted,
+            per lab every student with a ``submitted/<student>/<lab>`` folder.
         force: regrade students already graded.
         progress: show a progress bar on stderr.
         on_attempt: called after each student is recorded.
         options: workers, cluster, limits, sandbox (``GradingOptions``).
 
     Returns:
-        The attempts made and the students skipped as already graded.
+        Per lab, the attempts made and the students skipped as already graded.
     """
     options = options or GradingOptions()
     start = time.perf_counter()
-    students = list(students) if students is not None else course.students(lab)
     store = StatusStore(course.status_file)
-    run = GradingRun()
-    todo = []
-    for student in students:
-        if not course.submitted(student, lab).is_dir():
-            raise MlbookError(f"{lab}: no submission for student {student!r} in {course.submitted_dir}")
-        if not force and store.get(lab, student).status == GRADED and course.autograded(student, lab).is_file():
-            run.skipped.append((lab, student))
-        else:
-            todo.append(student)
+    runs = {lab: GradingRun() for lab in labs}
+    todo: list[tuple[str, str]] = []
+    if students is not None and not isinstance(students, Mapping):
+        students = dict.fromkeys(labs, list(students))
+    for lab in labs:
+        for student in (list(students.get(lab, [])) if students is not None else course.students(lab)):
+            if not course.submitted(student, lab).is_dir():
+                raise MlbookError(f"{lab}: no submission for student {student!r} in {course.submitted_dir}")
+            if not force and store.get(lab, student).status == GRADED and course.autograded(student, lab).is_file():
+                runs[lab].skipped.append((lab, student))
+            else:
+                todo.append((lab, student))
     if not todo:
-        return run
+        return runs
     if options.sandboxed and (problem := bwrap.problem()):
         raise MlbookError(f"cannot start the grading sandbox: {problem}")
+    if options.sandboxed and not options.scheduler:
+        forkserver.warm_up()  # preloads while the first submissions are prepared
     api = api_for(course)
-    if not assignment_registered(course, lab):
-        register_assignment(course, lab, api)
+    for lab in dict.fromkeys(lab for lab, _ in todo):
+        if not assignment_registered(course, lab):
+            register_assignment(course, lab, api)
 
-    bar = _progress(len(todo), f"autograde {lab}", progress)
+    bar = _progress(len(todo), f"autograde {labs[0]}" if len(labs) == 1 else f"autograde {len(labs)} labs", progress)
+
+    schedule = _Schedule(todo, store)
 
     def finish(attempt: Attempt) -> None:
+        schedule.done(attempt)
+        run = runs[attempt.lab]
         if attempt.status == ERROR:
-            shutil.rmtree(course.autograded(attempt.student, lab).parent, ignore_errors=True)
+            shutil.rmtree(course.autograded(attempt.student, attempt.lab).parent, ignore_errors=True)
         store.record(attempt)
         run.attempts.append(attempt)
         if on_attempt:
             on_attempt(attempt)
         bar.update(1)
-        bar.set_postfix(errors=len(run.errors))
+        bar.set_postfix(errors=sum(len(r.errors) for r in runs.values()))
 
     config = load_config(course)
-    source_json = course.source(lab).read_text()
-    tasks, warnings = [], {}
-    for student in todo:
-        path, warning = find_submission(course, lab, student)
-        job = sanitize(course, config, lab, student, path) if path else None
-        if job is None or job.error:
-            finish(Attempt(lab, student, ERROR, reason=job.error if job else warning))
-            continue
-        warnings[student] = warning
-        tasks.append(Task(lab, student, job.key, nbformat.writes(job.notebook), source_json, options.limits,
-                          options.sandboxed))
+    sources: dict[str, str] = {}
+    warnings: dict[tuple[str, str], str] = {}
+
+    def prepared() -> Iterator[Task]:
+        """Sanitize submissions one at a time, as workers free up, in the schedule's order."""
+        for lab, student in schedule:
+            path, warning = find_submission(course, lab, student)
+            job = sanitize(course, config, lab, student, path) if path else None
+            if job is None or job.error:
+                finish(Attempt(lab, student, ERROR, reason=job.error if job else warning))
+                continue
+            warnings[(lab, student)] = warning
+            schedule.submitted(lab)
+            if lab not in sources:
+                sources[lab] = course.source(lab).read_text()
+            yield Task(lab, student, job.key, nbformat.writes(job.notebook), sources[lab], options.limits,
+                       options.sandboxed)
 
     executor = DaskExecutor(options.scheduler) if options.scheduler else LocalExecutor(options.worker_count())
     recorder = recording_api(course)
     try:
-        for task, result in executor.run(tasks):
+        for task, result in executor.run(prepared()):
             began = time.perf_counter()
-            reason = result.error or record(course, recorder, lab, task.student, task.key, result)
+            reason = result.error or record(course, recorder, task.lab, task.student, task.key, result)
             timings = {**result.timings, "recording": round(time.perf_counter() - began, 3)}
-            finish(Attempt(lab, task.student, ERROR if reason else GRADED, reason=reason or "",
-                           seconds=result.seconds, warning=warnings.get(task.student, ""), timings=timings))
+            finish(Attempt(task.lab, task.student, ERROR if reason else GRADED, reason=reason or "",
+                           seconds=result.seconds, warning=warnings.get((task.lab, task.student), ""),
+                           timings=timings))
     finally:
         if isinstance(executor, DaskExecutor):
             executor.close()
         bar.close()
-    run.seconds = time.perf_counter() - start
-    return run
+    seconds = time.perf_counter() - start
+    for run in runs.values():
+        run.seconds = seconds
+    return runs
+
+
+class _Schedule:
+    """Which submission to prepare next, so the batch does not end with one long notebook
+    running alone: the lab expected to take longest first (its median time in earlier runs,
+    then in this one), and a lab not timed yet before any other, so its cost is learned early."""
+
+    def __init__(self, todo: list[tuple[str, str]], store: StatusStore):
+        self.queues: dict[str, deque[str]] = {}
+        for lab, student in todo:
+            self.queues.setdefault(lab, deque()).append(student)
+        self.seconds = {lab: [a.seconds for a in store.attempts(lab) if a.status == GRADED and a.seconds]
+                        for lab in self.queues}
+        self.started: set[str] = set()
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        while any(self.queues.values()):
+            lab = max((lab for lab, queue in self.queues.items() if queue), key=self._expected)
+            yield lab, self.queues[lab].popleft()
+
+    def submitted(self, lab: str) -> None:
+        """A notebook of ``lab`` went to a worker (a file that failed to prepare teaches nothing)."""
+        self.started.add(lab)
+
+    def done(self, attempt: Attempt) -> None:
+        if attempt.status == GRADED and attempt.seconds and attempt.lab in self.seconds:
+            self.seconds[attempt.lab].append(attempt.seconds)
+
+    def _expected(self, lab: str) -> float:
+        if self.seconds[lab]:
+            return statistics.median(self.seconds[lab])
+        if lab not in self.started:
+            return math.inf
+        known = [statistics.median(s) for s in self.seconds.values() if s]
+        return statistics.mean(known) if known else 0.0
 
 
 def _progress(total: int, desc: str, enabled: bool):

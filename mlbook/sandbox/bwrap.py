@@ -89,10 +89,27 @@ def command(inner: list[str], submission: Path, socket_path: Path, slot: int, sc
         argv += ["--setenv", key, value]
     argv += ["--chdir", HOME]
     if as_root:
-        uid = str(SANDBOX_UID_BASE + slot)
+        uid = str(sandbox_uid(slot))
         argv += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
                  "--bounding-set=-all", "--no-new-privs"]
     return argv + inner
+
+
+PLACEHOLDER = ["/bin/sh", "-c", "echo ready; exec cat >/dev/null"]  # lives until its stdin closes
+
+
+def placeholder_command(submission: Path, socket_path: Path, slot: int, scratch_bytes: int, env: dict[str, str],
+                        info_fd: int) -> list[str]:
+    """An empty sandbox for the fork server to enter (``forkserver``): the same namespaces and
+    mounts as ``command``, running only ``cat``; it prints ``ready`` once built and writes its
+    init's pid to ``info_fd``. Closing its stdin ends it and everything that entered it."""
+    argv = command(PLACEHOLDER, submission, socket_path, slot, scratch_bytes, env)
+    return [argv[0], "--info-fd", str(info_fd), *argv[1:]]
+
+
+def sandbox_uid(slot: int) -> int:
+    """The sandbox user of a parallel slot when the grader runs as root."""
+    return SANDBOX_UID_BASE + slot
 
 
 def _parents(path: Path, made: set[str]) -> list[str]:

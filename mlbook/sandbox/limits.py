@@ -46,9 +46,13 @@ class Limits:
     def with_(self, **changes) -> "Limits":
         return replace(self, **changes)
 
+    def rlimits(self) -> list[tuple[int, int]]:
+        """(resource, value) pairs, set as both soft and hard limit."""
+        return [(resource.RLIMIT_AS, self.memory_bytes), (resource.RLIMIT_CPU, self.cpu_seconds),
+                (resource.RLIMIT_NPROC, self.processes), (resource.RLIMIT_NOFILE, self.open_files),
+                (resource.RLIMIT_FSIZE, self.file_bytes), (resource.RLIMIT_CORE, 0)]
+
     def apply_rlimits(self) -> None:
         """Set the rlimits on the calling process (a ``preexec_fn``): inherited by the sandbox."""
-        for which, value in ((resource.RLIMIT_AS, self.memory_bytes), (resource.RLIMIT_CPU, self.cpu_seconds),
-                             (resource.RLIMIT_NPROC, self.processes), (resource.RLIMIT_NOFILE, self.open_files),
-                             (resource.RLIMIT_FSIZE, self.file_bytes), (resource.RLIMIT_CORE, 0)):
+        for which, value in self.rlimits():
             resource.setrlimit(which, (value, value))

@@ -12,7 +12,9 @@ or on a Dask worker. What it returns is split by trust:
 
 from __future__ import annotations
 
+import json
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -26,7 +28,7 @@ from pathlib import Path
 import nbformat
 from nbformat import NotebookNode
 
-from . import bwrap
+from . import bwrap, forkserver
 from .judge import Judge, Verdict
 from .limits import Limits
 from .plan import LabPlan
@@ -43,7 +45,7 @@ class SandboxResult:
 
 
 def execute_sandboxed(nb: NotebookNode, plan: LabPlan, limits: Limits = Limits(), slot: int = 0,
-                      sandboxed: bool = True) -> SandboxResult:
+                      sandboxed: bool = True, warm: bool = True) -> SandboxResult:
     """Run ``nb`` top to bottom in a fresh sandboxed kernel; judge its test cells here.
 
     Args:
@@ -53,6 +55,8 @@ def execute_sandboxed(nb: NotebookNode, plan: LabPlan, limits: Limits = Limits()
         slot: the parallel slot, which picks the sandbox user id.
         sandboxed: False runs the kernel without bubblewrap (a TA's explicit opt-out); the
             verdicts are still decided here.
+        warm: fork the runner and kernel from the fork server when it is available (worth it
+            from the second notebook on); False starts them cold, as a student's laptop would.
     """
     start, spawned = time.perf_counter(), time.time()
     scratch = Path(tempfile.mkdtemp(prefix="mlbook-sandbox-"))
@@ -62,7 +66,7 @@ def execute_sandboxed(nb: NotebookNode, plan: LabPlan, limits: Limits = Limits()
         submission.chmod(0o644)
         sock = scratch / "judge.sock"
         with Judge(plan, sock, call_timeout=limits.cell_seconds + 30) as judge:
-            raw, error, log = _run_runner(submission, sock, limits, slot, sandboxed)
+            raw, error, log = _run_runner(submission, sock, limits, slot, sandboxed, warm)
             judge.close(wait=5.0)
             verdicts = dict(judge.verdicts)
             judged = judge.seconds
@@ -109,12 +113,26 @@ def instrument(nb: NotebookNode, plan: LabPlan) -> NotebookNode:
     return out
 
 
-def _run_runner(submission: Path, sock: Path, limits: Limits, slot: int, sandboxed: bool) -> tuple[bytes, str | None, str]:
-    """Start the runner (in bubblewrap unless opted out); return (stdout of --out-fd, error, stderr)."""
+def _runner_args(notebook: str, limits: Limits) -> list[str]:
+    return [notebook, "--cell-timeout", str(limits.cell_seconds), "--max-cell-bytes", str(limits.cell_output_bytes),
+            "--max-cell-lines", str(limits.cell_output_lines)]
+
+
+def _run_runner(submission: Path, sock: Path, limits: Limits, slot: int, sandboxed: bool,
+                warm: bool = True) -> tuple[bytes, str | None, str]:
+    """Run the runner (in bubblewrap unless opted out); return (stdout of --out-fd, error, stderr).
+
+    In a sandbox, the runner is a warm fork from the fork server when one is available, and a
+    fresh interpreter otherwise; both see the same sandbox."""
+    server = forkserver.shared() if sandboxed and warm else None
+    if server is not None:
+        try:
+            return _run_warm(server, submission, sock, limits, slot)
+        except _NotStarted as exc:  # nothing of the submission ran yet: start it cold instead
+            print(f"mlbook: a warm kernel did not start ({exc}); starting this notebook cold", file=sys.stderr)
     read_fd, write_fd = os.pipe()
-    inner = [sys.executable, "-m", "mlbook_probe.runner", bwrap.SUBMISSION if sandboxed else str(submission),
-             "--out-fd", str(write_fd), "--cell-timeout", str(limits.cell_seconds),
-             "--max-cell-bytes", str(limits.cell_output_bytes), "--max-cell-lines", str(limits.cell_output_lines)]
+    inner = [sys.executable, "-m", "mlbook_probe.runner", *_runner_args(bwrap.SUBMISSION if sandboxed else str(submission), limits),
+             "--out-fd", str(write_fd)]
     env = bwrap.environment()
     if sandboxed:
         argv, run_env = bwrap.command(inner, submission, sock, slot, limits.scratch_bytes, env), None
@@ -136,33 +154,93 @@ def _run_runner(submission: Path, sock: Path, limits: Limits, slot: int, sandbox
         os.close(write_fd)
         return b"", f"the sandbox did not start: {exc}", ""
     os.close(write_fd)
-    chunks: list[bytes] = []
-    size = [0]
-
-    def drain() -> None:
-        with os.fdopen(read_fd, "rb") as pipe:
-            while chunk := pipe.read(1 << 20):
-                size[0] += len(chunk)
-                if size[0] <= limits.notebook_bytes:
-                    chunks.append(chunk)
-
-    reader = threading.Thread(target=drain, daemon=True)
-    reader.start()
+    reader = _Drain(read_fd, limits.notebook_bytes)
     error = None
     try:
         proc.wait(timeout=limits.notebook_seconds)
     except subprocess.TimeoutExpired:
         error = f"the notebook ran past its time budget of {limits.notebook_seconds} s and was stopped"
     _kill_group(proc)
-    reader.join(10)
-    stderr_file.seek(0)
-    log = stderr_file.read(20_000).decode(errors="replace")
-    stderr_file.close()
     if not sandboxed:
         shutil.rmtree(home, ignore_errors=True)
-    if size[0] > limits.notebook_bytes and not error:
-        error = f"the executed notebook is larger than {limits.notebook_bytes // 2**20} MiB"
-    return b"".join(chunks), error, log
+    return reader.result(error, stderr_file)
+
+
+def _run_warm(server: forkserver.ForkServer, submission: Path, sock: Path, limits: Limits,
+              slot: int) -> tuple[bytes, str | None, str]:
+    """The runner as a warm fork: build the empty sandbox, have the fork server enter it."""
+    info_r, info_w = os.pipe()
+    stderr_file = tempfile.TemporaryFile()
+    argv = bwrap.placeholder_command(submission, sock, slot, limits.scratch_bytes, bwrap.environment(), info_w)
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr_file,
+                                pass_fds=(info_w,), start_new_session=True, preexec_fn=limits.apply_rlimits)
+    except OSError as exc:
+        os.close(info_r)
+        os.close(info_w)
+        raise _NotStarted(f"bubblewrap: {exc}") from None
+    os.close(info_w)
+    try:
+        ready, _, _ = select.select([proc.stdout], [], [], 60)
+        line = proc.stdout.readline() if ready else b""
+        if line != b"ready\n":
+            _kill_group(proc)
+            stderr_file.seek(0)
+            raise _NotStarted(f"the empty sandbox: {stderr_file.read(2000).decode(errors='replace').strip()}")
+        init_pid = json.loads(os.read(info_r, 1 << 16))["child-pid"]
+    finally:
+        os.close(info_r)
+    read_fd, write_fd = os.pipe()
+    request = {"placeholder_pid": init_pid, "uid": bwrap.sandbox_uid(slot), "cwd": bwrap.HOME,
+               "env": bwrap.environment(), "rlimits": limits.rlimits(),
+               "runner_args": _runner_args(bwrap.SUBMISSION, limits)}
+    try:
+        server.spawn(request, write_fd, stderr_file.fileno())
+    except (OSError, RuntimeError, ValueError) as exc:
+        os.close(read_fd)
+        _kill_group(proc)
+        raise _NotStarted(f"the fork server: {exc}") from None
+    finally:
+        os.close(write_fd)
+    reader = _Drain(read_fd, limits.notebook_bytes)
+    reader.join(limits.notebook_seconds)  # the runner and its kernel are done when the pipe closes
+    error = None
+    if reader.is_alive():
+        error = f"the notebook ran past its time budget of {limits.notebook_seconds} s and was stopped"
+    proc.stdin.close()  # the placeholder ends, and with it every process that entered the sandbox
+    _kill_group(proc)
+    proc.stdout.close()
+    return reader.result(error, stderr_file)
+
+
+class _NotStarted(Exception):
+    """The warm start failed before any of the submission ran."""
+
+
+class _Drain(threading.Thread):
+    """Reads the executed notebook off the runner's pipe, keeping at most ``cap`` bytes."""
+
+    def __init__(self, read_fd: int, cap: int):
+        super().__init__(daemon=True)
+        self.read_fd, self.cap, self.size, self.chunks = read_fd, cap, 0, []
+        self.start()
+
+    def run(self) -> None:
+        with os.fdopen(self.read_fd, "rb") as pipe:
+            while chunk := pipe.read(1 << 20):
+                self.size += len(chunk)
+                if self.size <= self.cap:
+                    self.chunks.append(chunk)
+
+    def result(self, error: str | None, stderr_file) -> tuple[bytes, str | None, str]:
+        """(notebook bytes, error, the sandbox's stderr) once the runner is gone."""
+        self.join(10)
+        stderr_file.seek(0)
+        log = stderr_file.read(20_000).decode(errors="replace")
+        stderr_file.close()
+        if self.size > self.cap and not error:
+            error = f"the executed notebook is larger than {self.cap // 2**20} MiB"
+        return b"".join(self.chunks), error, log
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

@@ -1,0 +1,125 @@
+"""The grader's side of the fork server (``mlbook_probe.zygote``): start it once, ask it for forks.
+
+One fork server per grading process (a ``LocalExecutor``'s threads share it; each Dask worker
+process starts its own), started on first use and stopped at exit. It needs root, because its
+forks join a sandbox's namespaces and then become the sandbox user; without root (bubblewrap in
+a user namespace) or when it cannot start, ``shared()`` returns None and each submission starts
+its own interpreter in the sandbox, as before. ``MLBOOK_FORKSERVER=0`` turns it off.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+
+from . import bwrap
+
+READY_SECONDS = 180  # preloading torch and friends on a loaded laptop
+_lock = threading.Lock()
+_server: "ForkServer | None" = None
+_failed: str | None = None
+
+
+class ForkServer:
+    """A running ``mlbook_probe.zygote`` and the socket to it (requests are serialized)."""
+
+    def __init__(self) -> None:
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._home = tempfile.mkdtemp(prefix="mlbook-forkserver-")
+        env = {**bwrap.environment(), "MPLCONFIGDIR": os.path.join(self._home, "matplotlib"),
+               "HOME": self._home, "TMPDIR": self._home, "MPLBACKEND": "module://matplotlib_inline.backend_inline"}
+        env.pop("MLBOOK_PROBE_SOCKET", None)
+        self._log = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen([sys.executable, "-m", "mlbook_probe.zygote", "--fd", str(theirs.fileno())],
+                                     pass_fds=(theirs.fileno(),), env=env, cwd=self._home, stdin=subprocess.DEVNULL,
+                                     stdout=self._log, stderr=self._log, start_new_session=True)
+        theirs.close()
+        self._sock = mine
+        self._lock = threading.Lock()
+        self._sock.settimeout(READY_SECONDS)
+        try:
+            ready = self._readline()
+        except OSError as exc:
+            self.close()
+            raise RuntimeError(f"the fork server did not start: {exc}; {self.log()}") from exc
+        if not ready.get("ready"):
+            self.close()
+            raise RuntimeError(f"the fork server did not start: {ready.get('error') or self.log()}")
+        self._sock.settimeout(60)
+
+    def _readline(self) -> dict:
+        data = b""
+        while not data.endswith(b"\n"):
+            chunk = self._sock.recv(4096)
+            if not chunk:
+                raise ConnectionError("the fork server closed its socket")
+            data += chunk
+        return json.loads(data)
+
+    def spawn(self, request: dict, out_fd: int, log_fd: int) -> int:
+        """Fork a runner into the sandbox ``request`` names; returns the entrant's pid.
+
+        Args:
+            request: placeholder_pid, uid, cwd, env, rlimits, runner_args (see the zygote).
+            out_fd: the write end of the pipe the executed notebook comes back on.
+            log_fd: where the runner's and the kernel's stderr go.
+        """
+        with self._lock:
+            try:
+                socket.send_fds(self._sock, [json.dumps(request).encode() + b"\n"], [out_fd, log_fd])
+                answer = self._readline()
+            except (OSError, ValueError):
+                self.proc.kill()  # out of step with us: the next caller starts a new one
+                raise
+        if "error" in answer:
+            raise RuntimeError(f"the fork server could not fork: {answer['error']}")
+        return int(answer["pid"])
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def log(self) -> str:
+        self._log.seek(0)
+        return self._log.read()[-2000:].decode(errors="replace")
+
+    def close(self) -> None:
+        self._sock.close()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self._log.close()
+        shutil.rmtree(self._home, ignore_errors=True)
+
+
+def shared() -> ForkServer | None:
+    """This process's fork server, started on first use; None where it cannot be used."""
+    global _server, _failed
+    if os.environ.get("MLBOOK_FORKSERVER", "1") == "0" or os.geteuid() != 0:
+        return None
+    with _lock:
+        if _server is not None and not _server.alive():
+            _server = None  # it died (killed by the OOM killer, say): start a new one
+        if _server is None and _failed is None:
+            try:
+                _server = ForkServer()
+                atexit.register(_server.close)
+            except (OSError, RuntimeError) as exc:
+                _failed = str(exc)
+                print(f"mlbook: warm kernels unavailable ({exc}); each notebook starts its own interpreter",
+                      file=sys.stderr)
+        return _server
+
+
+def warm_up() -> None:
+    """Start this process's fork server in the background (``shared()`` waits for it)."""
+    if os.environ.get("MLBOOK_FORKSERVER", "1") != "0" and os.geteuid() == 0 and _server is None:
+        threading.Thread(target=shared, name="forkserver-warm-up", daemon=True).start()
