@@ -46,12 +46,12 @@ class ForkServer:
         self._sock.settimeout(READY_SECONDS)
         try:
             ready = self._readline()
-        except OSError as exc:
-            self.close()
-            raise RuntimeError(f"the fork server did not start: {exc}; {self.log()}") from exc
+        except (OSError, ValueError) as exc:
+            ready = {"error": f"{exc}; {self.log()}"}
         if not ready.get("ready"):
+            reason = ready.get("error") or self.log()
             self.close()
-            raise RuntimeError(f"the fork server did not start: {ready.get('error') or self.log()}")
+            raise RuntimeError(f"the fork server did not start: {reason}")
         self._sock.settimeout(60)
 
     def _readline(self) -> dict:
@@ -103,7 +103,7 @@ class ForkServer:
 def shared() -> ForkServer | None:
     """This process's fork server, started on first use; None where it cannot be used."""
     global _server, _failed
-    if os.environ.get("MLBOOK_FORKSERVER", "1") == "0" or os.geteuid() != 0:
+    if not _wanted():
         return None
     with _lock:
         if _server is not None and not _server.alive():
@@ -121,5 +121,9 @@ def shared() -> ForkServer | None:
 
 def warm_up() -> None:
     """Start this process's fork server in the background (``shared()`` waits for it)."""
-    if os.environ.get("MLBOOK_FORKSERVER", "1") != "0" and os.geteuid() == 0 and _server is None:
+    if _wanted() and _server is None:
         threading.Thread(target=shared, name="forkserver-warm-up", daemon=True).start()
+
+
+def _wanted() -> bool:
+    return os.environ.get("MLBOOK_FORKSERVER", "1") != "0" and os.geteuid() == 0
