@@ -126,7 +126,9 @@ def cmd_autograde(args) -> int:
         errors += len(run.errors)
     attempts = sum(len(run.attempts) for run in runs.values())
     if attempts:
-        print(f"{attempts} notebook(s) of {len(runs)} lab(s) graded in {max(r.seconds for r in runs.values()):.0f} s")
+        at_once = max(r.at_once for r in runs.values())
+        print(f"{attempts} notebook(s) of {len(runs)} lab(s) graded in {max(r.seconds for r in runs.values()):.0f} s"
+              + (f", up to {at_once} at once" if at_once else ""))
     return 1 if errors else 0
 
 
@@ -232,7 +234,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--student", action="append", help="only this student (repeatable)")
     s.add_argument("--force", action="store_true", help="regrade students already graded")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
-    s.add_argument("--workers", type=int, help="submissions graded at once (default: one per core)")
+    s.add_argument("--workers", type=int, help="grade exactly this many submissions at once (default: one per core, "
+                   "and more while cores sit idle, up to four per core)")
     s.add_argument("--scheduler", help="grade on a Dask cluster: the scheduler's address (tcp://host:8786)")
     _sandbox_options(s)
     s.set_defaults(func=cmd_autograde)

@@ -5,6 +5,8 @@ limits) and yields ``(task, SandboxResult)`` as each finishes, in completion ord
 never touch the course folder or the gradebook; recording stays with the caller (one writer).
 - ``LocalExecutor(workers)``: threads in this process, each driving one sandbox at a time (the
   notebooks run in their own processes, so threads are enough); one sandbox user per slot.
+  ``workers`` fixes how many run at once; without it ``admission`` decides (one per core, and
+  more while cores sit idle).
 - ``DaskExecutor(address)``: an existing Dask distributed cluster; each worker needs only this
   project installed (and bubblewrap). The judge runs on the worker, beside its sandbox.
 """
@@ -17,13 +19,14 @@ import tempfile
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import nbformat
 
 from ..sandbox.limits import Limits
 from ..sandbox.plan import LabPlan, plan_from_text
 from ..sandbox.run import SandboxResult, execute_sandboxed
+from .admission import Admission
 
 
 @dataclass
@@ -75,27 +78,46 @@ def run_task(task: Task) -> SandboxResult:
 
 
 class LocalExecutor:
-    def __init__(self, workers: int = 1):
-        self.workers = max(1, workers)
+    """Sandboxes on this machine, as many at once as ``admission`` allows.
+
+    Args:
+        workers: run exactly this many at once; None: one per core, plus more while cores are idle.
+        run: the unit of work (``run_task``).
+    """
+
+    def __init__(self, workers: int | None = None, run: Callable[[Task], SandboxResult] = run_task):
+        self.admission = Admission.fixed(workers) if workers else Admission.adaptive()
+        self.run_one = run
+        self.peak = 0  # the most sandboxes that ran at once
 
     def run(self, tasks: Iterable[Task]) -> Iterator[tuple[Task, SandboxResult]]:
         """Results as they finish. ``tasks`` is drawn lazily (preparing a task is work too), and a
         freed worker gets its next task before the finished one is handed back to be recorded."""
         tasks = iter(tasks)
-        if self.workers == 1:
+        admission = self.admission
+        if admission.cap == 1:
             for task in tasks:
-                yield task, run_task(task)
+                self.peak = 1
+                yield task, self.run_one(task)
             return
-        with ThreadPoolExecutor(self.workers, thread_name_prefix="sandbox") as pool:
+        with ThreadPoolExecutor(admission.cap, thread_name_prefix="sandbox") as pool:
             pending: dict = {}
+            drawn_all = False
 
             def top_up() -> None:
-                while len(pending) < self.workers and (task := next(tasks, None)) is not None:
-                    pending[pool.submit(run_task, task)] = task
+                nonlocal drawn_all
+                while not drawn_all and admission.may_start(len(pending)):
+                    if (task := next(tasks, None)) is None:
+                        drawn_all = True
+                    else:
+                        pending[pool.submit(self.run_one, task)] = task
+                        self.peak = max(self.peak, len(pending))
 
             top_up()
             while pending:
-                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                # while the batch may still grow, wake up every window to look at the cores
+                done, _ = wait(pending, timeout=admission.window if admission.grows and not drawn_all else None,
+                               return_when=FIRST_COMPLETED)
                 finished = [(pending.pop(future), future) for future in done]
                 top_up()
                 for task, future in finished:

@@ -10,7 +10,6 @@ unless forced; a progress bar shows done/total, errors and an ETA.
 from __future__ import annotations
 
 import math
-import os
 import shutil
 import statistics
 import time
@@ -34,15 +33,13 @@ from .register import assignment_registered, register_assignment
 
 @dataclass
 class GradingOptions:
-    """How to grade. ``workers`` None means one per available core."""
+    """How to grade. ``workers`` None: one sandbox per available core, and more while cores
+    are idle (``mlbook.grading.admission``)."""
 
     workers: int | None = None
     scheduler: str | None = None  # a Dask scheduler address, e.g. tcp://10.0.0.5:8786
     limits: Limits = field(default_factory=Limits)
     sandboxed: bool = True
-
-    def worker_count(self) -> int:
-        return self.workers or len(os.sched_getaffinity(0))
 
 
 @dataclass
@@ -52,6 +49,7 @@ class GradingRun:
     attempts: list[Attempt] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
     seconds: float = 0.0
+    at_once: int = 0  # the most sandboxes that ran at once on this machine (0 on a Dask cluster)
 
     @property
     def errors(self) -> list[Attempt]:
@@ -160,7 +158,7 @@ def autograde_labs(
             yield Task(lab, student, job.key, nbformat.writes(job.notebook), sources[lab], options.limits,
                        options.sandboxed)
 
-    executor = DaskExecutor(options.scheduler) if options.scheduler else LocalExecutor(options.worker_count())
+    executor = DaskExecutor(options.scheduler) if options.scheduler else LocalExecutor(options.workers)
     recorder = recording_api(course)
     try:
         for task, result in executor.run(prepared()):
@@ -177,6 +175,7 @@ def autograde_labs(
     seconds = time.perf_counter() - start
     for run in runs.values():
         run.seconds = seconds
+        run.at_once = getattr(executor, "peak", 0)
     return runs
 
 
