@@ -27,6 +27,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -36,6 +37,7 @@ sys.path.insert(0, str(REPO))
 from mlbook import submissions  # noqa: E402
 from mlbook.catalogue import load_catalogue  # noqa: E402
 from mlbook.course import Course  # noqa: E402
+from mlbook.grading.admission import available_memory  # noqa: E402
 from mlbook.notebooks import grade_id, is_answer, read_nb, reference_answers  # noqa: E402
 
 BIN = Path(sys.executable).parent
@@ -64,13 +66,26 @@ def make_course(root: Path, per_kind: int) -> Course:
     return course
 
 
-def timed(command: list[str], cwd: Path, env: dict) -> tuple[float, int]:
-    """Wall seconds and peak resident memory (KiB, largest process) of ``command``."""
+def timed(command: list[str], cwd: Path, env: dict) -> tuple[float, int, int]:
+    """Wall seconds, peak resident memory of the largest process (KiB) and the machine's peak
+    memory use above what it used before ``command`` started (bytes, MemAvailable sampled every 0.1 s)."""
+    before = available_memory() or 0
+    lowest = [before]
+    finished = threading.Event()
+
+    def sample() -> None:
+        while not finished.wait(0.1):
+            lowest[0] = min(lowest[0], available_memory() or before)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
     start = time.perf_counter()
     done = subprocess.run([sys.executable, "-c", MEASURE, *command], cwd=cwd, env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - start
+    finished.set()
+    sampler.join()
     maxrss, _ = done.stdout.split()
-    return seconds, int(maxrss)
+    return seconds, int(maxrss), before - lowest[0]
 
 
 def gradebook_scores(course: Course) -> dict:
@@ -107,16 +122,16 @@ def main() -> int:
             if made.returncode != 0:
                 sys.exit(f"nbgrader generate_assignment {lab} failed:\n{made.stderr[-2000:]}")
 
-    plain_s, plain_rss, plain_max = 0.0, 0, 0
+    plain_s, plain_max, plain_machine = 0.0, 0, 0
     for lab in labs:
-        seconds, rss = timed([str(BIN / "nbgrader"), "autograde", lab, "--force", "--log-level=ERROR"], plain.root, env)
+        seconds, rss, machine = timed([str(BIN / "nbgrader"), "autograde", lab, "--force", "--log-level=ERROR"], plain.root, env)
         plain_s += seconds
-        plain_max = max(plain_max, rss)
+        plain_max, plain_machine = max(plain_max, rss), max(plain_machine, machine)
         print(f"  plain nbgrader autograde {lab}: {seconds:6.1f} s")
     workers = ["--workers", str(args.workers)] if args.workers else []
-    mine_s, mine_max = timed([str(BIN / "mlbook"), "--course", str(mine.root), "autograde", "--force", "--quiet",
+    mine_s, mine_max, mine_machine = timed([str(BIN / "mlbook"), "--course", str(mine.root), "autograde", "--force", "--quiet",
                               *workers], mine.root, env)
-    fixed_s, _ = timed([str(BIN / "mlbook"), "--course", str(fixed.root), "autograde", "--force", "--quiet",
+    fixed_s, _, _ = timed([str(BIN / "mlbook"), "--course", str(fixed.root), "autograde", "--force", "--quiet",
                         "--workers", str(cores)], fixed.root, env)
 
     how = f"{args.workers} workers" if args.workers else "default workers"
@@ -126,6 +141,8 @@ def main() -> int:
           f"(with --workers {cores}: {plain_s / fixed_s:.2f}x)")
     print(f"per notebook: plain {plain_s / notebooks:.2f} s, mlbook {mine_s / notebooks:.2f} s (wall / notebooks)")
     print(f"peak resident memory of one process: plain {plain_max / 1024:.0f} MiB, mlbook {mine_max / 1024:.0f} MiB")
+    print(f"peak memory of the whole machine above its idle use: plain {plain_machine / 2**20:.0f} MiB, "
+          f"mlbook {mine_machine / 2**20:.0f} MiB")
 
     status = json.loads(mine.status_file.read_text())
     parts: dict[str, list[float]] = {}
