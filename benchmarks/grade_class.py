@@ -37,7 +37,7 @@ sys.path.insert(0, str(REPO))
 from mlbook import submissions  # noqa: E402
 from mlbook.catalogue import load_catalogue  # noqa: E402
 from mlbook.course import Course  # noqa: E402
-from mlbook.grading.admission import available_memory  # noqa: E402
+from mlbook.grading.admission import available_memory, usable_cpus  # noqa: E402
 from mlbook.notebooks import grade_id, is_answer, read_nb, reference_answers  # noqa: E402
 
 BIN = Path(sys.executable).parent
@@ -111,7 +111,7 @@ def main() -> int:
     mine, fixed = Course(work / "mlbook"), Course(work / "mlbook-fixed")
     shutil.copytree(plain.root, mine.root)
     shutil.copytree(plain.root, fixed.root)
-    cores = len(os.sched_getaffinity(0))
+    cores = len(usable_cpus())
     labs = plain.labs()
     notebooks = sum(len(plain.students(lab)) for lab in labs)
     print(f"class: {notebooks} notebooks over {len(labs)} labs ({args.per_kind} of each kind per lab); {cores} cores")

@@ -119,7 +119,7 @@ def test_the_executor_runs_beyond_the_floor_only_while_cores_are_idle():
 
     def executed(idle):
         executor = LocalExecutor(run=task)
-        executor.admission = Admission(2, 8, ScriptedMeter(idle), window=0.05)
+        executor.admission = Admission(2, 8, ScriptedMeter(idle), window=0.05, memory=lambda: 8 * MIN_FREE_BYTES)
         peak[0] = 0
         results = sorted(result for _, result in executor.run(range(24)))
         assert results == list(range(24)), "every task ran once and was handed back"

@@ -27,11 +27,18 @@ PER_CORE_CAP = 4  # sandboxes per core at the most
 MIN_FREE_BYTES = 2 << 30  # memory available (MemAvailable) that an extra sandbox needs
 
 
+def usable_cpus() -> set[int]:
+    """The cores this process may run on (all of them where the OS does not say)."""
+    if hasattr(os, "sched_getaffinity"):
+        return os.sched_getaffinity(0)
+    return set(range(os.cpu_count() or 1))
+
+
 class CpuMeter:
     """Idle cores among those this process may run on, between two readings of /proc/stat."""
 
     def __init__(self, cpus: set[int] | None = None, stat: Path = Path("/proc/stat")):
-        self.names = {f"cpu{c}" for c in (cpus if cpus is not None else os.sched_getaffinity(0))}
+        self.names = {f"cpu{c}" for c in (cpus if cpus is not None else usable_cpus())}
         self.stat = stat
         self._last = self._read()
 
@@ -96,7 +103,7 @@ class Admission:
 
     @classmethod
     def adaptive(cls, cores: int | None = None) -> "Admission":
-        cores = cores or len(os.sched_getaffinity(0))
+        cores = cores or len(usable_cpus())
         return cls(cores, PER_CORE_CAP * cores, CpuMeter())
 
     @property
