@@ -18,7 +18,10 @@ from .._support import call_student, close, diagnose, fail, fresh_rng, helper
 
 
 def _softmax(S: np.ndarray, axis: int = -1) -> np.ndarray:
-    z = S - S.max(axis=axis, keepdims=True)  # (..., T_k)
+    # A row whose scores are all -inf (only in the wrong variants below: an inverted mask, or
+    # the softmax over queries of a causal mask) becomes NaN, which matches no answer.
+    with np.errstate(invalid="ignore"):
+        z = S - S.max(axis=axis, keepdims=True)  # (..., T_k)
     e = np.exp(z)
     return e / e.sum(axis=axis, keepdims=True)
 
