@@ -1,14 +1,14 @@
-"""When one more sandbox may start: every core busy, and no core shared by two notebooks that
-both want it.
+"""When one more sandbox may start: keep every core busy without crowding one.
 
 A notebook does not hold its core all the time: it waits for its kernel to start, for the
 judge's round trips, for a ``time.sleep`` or I/O of its own. With one sandbox per core those
 waits are idle cores. So by default the local executor starts one sandbox per core
 unconditionally (the *floor*) and then one more whenever the cores it may use were idle for at
-least half a core over the last ``window`` seconds, up to a *cap* of four per core. A CPU-bound
-class thus runs one sandbox per core, exactly as before, and no notebook is slowed by sharing
-its core (a cell timeout means the same as with fixed workers); a class that waits fills its
-waits. An extra sandbox also needs memory to spare (``min_free_bytes`` available).
+least half a core over the last ``WINDOW`` seconds, up to a *cap* of four per core, and only
+while ``MIN_FREE_BYTES`` of memory are available. A CPU-bound class thus stays close to one
+sandbox per core (extras start only in the short waits between its cells); a class that waits
+fills its waits. Cores are shared only when waiting notebooks wake up together, and no sandbox
+starts while they are busy.
 
 ``--workers N`` fixes the count (floor = cap = N) and never reads the meter.
 The readings come from /proc/stat and /proc/meminfo; where they cannot be read (not Linux),
@@ -50,9 +50,9 @@ class CpuMeter:
             return None
         idle = total = 0
         for line in lines:
-            name, *fields = line.split()
-            if name in self.names:
-                user, nice, system, idle_, iowait, irq, softirq, steal = (int(v) for v in fields[:8])
+            fields = line.split()
+            if fields and fields[0] in self.names:
+                user, nice, system, idle_, iowait, irq, softirq, steal = (int(v) for v in fields[1:9])
                 idle += idle_ + iowait
                 total += user + nice + system + idle_ + iowait + irq + softirq + steal
         return (idle, total) if total else None
