@@ -4,6 +4,8 @@ One batch of lab 2 submissions is graded once: a wrong answer (the catalogue's
 ``std-of-products`` mutant: 5 points lost on ``dot_product_std``) on its own, the same wrong
 answer plus each attack, structural tampering with the notebook, and correct bystanders in the
 same batch. Every attack must score no more than the wrong answer alone and disturb nobody.
+The batch runs with the default admission, as a TA's would: several sandboxes at once, so the
+attacks run beside each other and beside the bystanders.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from mlbook.status import ERROR, GRADED
 LAB = "lab02_scaling"
 pytestmark = [pytest.mark.xdist_group("redteam"), pytest.mark.slow]
 WRONG = "std-of-products"
-BYSTANDERS = ("bystander-a", "bystander-m", "bystander-z")  # graded before, among and after the attacks
+BYSTANDERS = ("bystander-a", "bystander-m", "bystander-z")  # started before, among and after the attacks
 LIMITS = Limits(cell_seconds=15, notebook_seconds=100, memory_bytes=3 * GiB, processes=64, scratch_bytes=128 * 2**20)
 
 
@@ -134,7 +136,7 @@ def batch(tmp_path_factory):
     submissions.submit(course, "renamed", LAB, submissions.reference(course, LAB), filename=f"{LAB}-Copy1.ipynb")
     for student in BYSTANDERS:
         submissions.submit(course, student, LAB, submissions.reference(course, LAB))
-    run = autograde(course, LAB, force=True, progress=False, options=GradingOptions(workers=1, limits=LIMITS))
+    run = autograde(course, LAB, force=True, progress=False, options=GradingOptions(limits=LIMITS))
     listener.close()
     results = {r.student: r for r in collect(course, LAB)}
     return course, results, run, connections
@@ -159,7 +161,8 @@ def test_no_attack_scores_more_than_the_same_wrong_answer_alone(batch):
 
 
 def test_no_attack_disturbs_anyone_else_in_the_batch(batch):
-    _, results, _, _ = batch
+    _, results, run, _ = batch
+    assert run.at_once > 1, "the batch ran one sandbox at a time: no attack ran beside anyone"
     for student in BYSTANDERS:
         result = results[student]
         assert result.status == GRADED, f"{student}: {result.reason}"
