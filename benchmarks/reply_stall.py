@@ -5,7 +5,8 @@
 Runs a notebook of one set-up cell and ``--cells`` copies of lab 1's attention explorer (an
 ipywidgets cell that redraws a heat map in an Output widget) ``--runs`` times, each time in a
 fresh kernel, alternating two kernel clients: plain nbclient, whose wait for a cell's
-``execute_reply`` is one long poll, and the grading runner's client (``mlbook_probe.runner``),
+``execute_reply`` is one long poll, and the project's client (``mlbook_probe.polling``, used by
+the grading runner, ``mlbook run``/``validate`` and, through ``nbgrader_config.py``, nbgrader),
 which polls in short slices. A cell that took longer than ``--slow`` seconds is a stall; plain
 nbclient's stalls last the whole cell timeout (issue #9). Prints, for each client, the cells run,
 the stalls and the slowest cell. Not a test: the stall is rare and timing-dependent; run two of
@@ -27,7 +28,8 @@ sys.path.insert(0, str(REPO))
 import nbformat  # noqa: E402
 from nbclient import NotebookClient  # noqa: E402
 
-from mlbook_probe.runner import KERNEL_ARGS, CappedClient  # noqa: E402
+from mlbook_probe.polling import SlicedPollClient  # noqa: E402
+from mlbook_probe.runner import KERNEL_ARGS  # noqa: E402
 
 SETUP = """\
 import numpy as np
@@ -54,7 +56,6 @@ def run_once(client_class: type[NotebookClient], cells: int, timeout: int) -> li
     client = client_class(nb, timeout=timeout, interrupt_on_timeout=True, allow_errors=True, kernel_name="python3",
                           shutdown_kernel="immediate", extra_arguments=KERNEL_ARGS,
                           resources={"metadata": {"path": str(REPO)}})
-    client._used = {}  # CappedClient's per-cell output budget; ignored by plain nbclient
     seconds = []
     with client.setup_kernel():
         for index, cell in enumerate(nb.cells):
@@ -72,7 +73,7 @@ def main() -> None:
     parser.add_argument("--timeout", type=int, default=30, help="cell timeout (s)")
     parser.add_argument("--slow", type=float, default=5.0, help="a cell slower than this is a stall (s)")
     args = parser.parse_args()
-    clients = {"plain nbclient": NotebookClient, "mlbook runner": CappedClient}
+    clients = {"plain nbclient": NotebookClient, "sliced polls": SlicedPollClient}
     seconds: dict[str, list[float]] = {name: [] for name in clients}
     for run in range(args.runs):
         for name, client_class in clients.items():

@@ -29,13 +29,13 @@ def execute(nb: NotebookNode, workdir: Path | None = None, timeout: int = 300, e
     """Run every cell of ``nb`` (a copy is executed) in ``workdir`` (a temporary folder by default)."""
     import copy
 
-    from nbclient import NotebookClient
+    from mlbook_probe.polling import SlicedPollClient
 
     nb = copy.deepcopy(nb)
     own_dir = workdir is None
     workdir = Path(tempfile.mkdtemp(prefix="mlbook-run-")) if own_dir else workdir
     try:
-        client = NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=True, shutdown_kernel="immediate",
+        client = SlicedPollClient(nb, timeout=timeout, kernel_name="python3", allow_errors=True, shutdown_kernel="immediate",
                                 extra_arguments=["--HistoryManager.hist_file=:memory:", "--IPKernelApp.log_level=ERROR"],
                                 resources={"metadata": {"path": str(workdir)}})
         start = time.perf_counter()

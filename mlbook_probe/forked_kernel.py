@@ -19,8 +19,9 @@ import subprocess
 import sys
 import time
 
-from jupyter_client.manager import AsyncKernelManager
 from jupyter_client.provisioning.local_provisioner import LocalProvisioner
+
+from .polling import SlicedKernelManager
 
 
 class KernelSeed:
@@ -134,8 +135,9 @@ class ForkingProvisioner(LocalProvisioner):
         return self.connection_info
 
 
-class ForkedKernelManager(AsyncKernelManager):
-    """The kernel manager nbclient uses in a warm sandbox: its provisioner forks the seed."""
+class ForkedKernelManager(SlicedKernelManager):
+    """The kernel manager nbclient uses in a warm sandbox: its provisioner forks the seed (its
+    clients wait in short polls, as everywhere here)."""
 
     seed: KernelSeed | None = None  # set by the runner before the client starts the kernel
 

@@ -24,47 +24,17 @@ import sys  # noqa: E402
 # Measured in issue #9; marking the module absent skips those two checks and nothing else.
 sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[assignment]
 
-from queue import Empty  # noqa: E402
-
 import nbformat  # noqa: E402
-from jupyter_core.utils import run_sync  # noqa: E402
-from nbclient import NotebookClient  # noqa: E402
 from nbclient.exceptions import CellTimeoutError, DeadKernelError  # noqa: E402
+
+from .polling import SlicedPollClient  # noqa: E402
 
 KERNEL_ARGS = ["--HistoryManager.hist_file=:memory:", "--IPKernelApp.log_level=ERROR"]
 
-# How long one wait on a kernel channel may last before it is started afresh (seconds).
-POLL_SLICE = 0.25
 
-
-def poll_in_slices(channel, slice_seconds: float = POLL_SLICE) -> None:
-    """Make ``channel.get_msg(timeout)`` wait in short polls instead of one long one.
-
-    Measured in issue #9 (``benchmarks/reply_stall.py``): about one cell in 120 of a widget-heavy
-    notebook (lab 1's explorer) waited the whole cell timeout for an ``execute_reply`` the kernel had already
-    sent (its ``status: idle`` had arrived on iopub; the kernel sat idle in ``select``). The
-    wake-up for the reply was lost inside the client's asyncio poll on the ZeroMQ socket; a
-    new poll finds the message at once. Starting a new poll every ``slice_seconds`` bounds
-    such a loss to one slice; the timeout the caller asked for is kept.
-    """
-    get_msg = channel.get_msg
-
-    async def sliced_get_msg(timeout: float | None = None):
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            left = slice_seconds if deadline is None else max(0.0, deadline - time.monotonic())
-            try:
-                return await get_msg(timeout=min(slice_seconds, left))
-            except Empty:
-                if deadline is not None and time.monotonic() >= deadline:
-                    raise
-
-    channel.get_msg = sliced_get_msg
-
-
-class CappedClient(NotebookClient):
-    """A NotebookClient that stops recording a cell's output past a byte or line budget and
-    waits on its kernel's channels in short polls (``poll_in_slices``)."""
+class CappedClient(SlicedPollClient):
+    """A NotebookClient that stops recording a cell's output past a byte or line budget (and,
+    like every client here, waits on its kernel's channels in short polls)."""
 
     max_cell_bytes = 2_000_000
     max_cell_lines = 5_000
@@ -86,14 +56,6 @@ class CappedClient(NotebookClient):
             outs.append(note)
             return None
         return super().output(outs, msg, display_id, cell_index)
-
-    async def async_start_new_kernel_client(self):
-        kc = await super().async_start_new_kernel_client()
-        poll_in_slices(kc.shell_channel)
-        poll_in_slices(kc.iopub_channel)
-        return kc
-
-    start_new_kernel_client = run_sync(async_start_new_kernel_client)  # nbclient binds the base one
 
 
 def main(argv: list[str] | None = None, fork_kernel: bool = False) -> int:

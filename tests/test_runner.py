@@ -1,14 +1,18 @@
-"""The runner's kernel client: its sliced waits keep the caller's timeout and deliver replies."""
+"""The kernel clients' sliced waits: they keep the caller's timeout, deliver replies, and are
+the only way this project runs a notebook."""
 
 from __future__ import annotations
 
+import ast
 import time
+from pathlib import Path
 from queue import Empty
 
 import nbformat
 import pytest
 
-from mlbook_probe.runner import KERNEL_ARGS, POLL_SLICE, CappedClient
+from mlbook_probe.polling import POLL_SLICE
+from mlbook_probe.runner import KERNEL_ARGS, CappedClient
 
 
 @pytest.fixture(scope="module")
@@ -46,3 +50,48 @@ def _wait(client, timeout):
     from jupyter_core.utils import run_sync
 
     return run_sync(client.kc.shell_channel.get_msg)(timeout=timeout)
+
+
+def test_no_module_runs_a_notebook_with_a_plain_nbclient():
+    """``mlbook run``/``validate`` once used nbclient's own client, and a CI run lost 300 s to
+    the stall the sliced polls fix; every client the project builds must be a sliced one."""
+    root = Path(__file__).resolve().parent.parent
+    plain = []
+    for path in [*root.glob("mlbook/**/*.py"), *root.glob("mlbook_probe/**/*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "NotebookClient":
+                plain.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert not plain, f"a plain NotebookClient (use mlbook_probe.polling.SlicedPollClient): {plain}"
+
+
+@pytest.mark.parametrize("source", ["the sandbox's fork server", "mlbook run and validate", "nbgrader's Execute"])
+def test_every_kernel_manager_hands_out_clients_that_wait_in_slices(source):
+    from mlbook_probe.polling import SlicedChannel, SlicedKernelClient, SlicedPollClient
+
+    if source == "the sandbox's fork server":
+        from mlbook_probe.forked_kernel import ForkedKernelManager
+
+        manager = ForkedKernelManager()
+    elif source == "mlbook run and validate":
+        client = SlicedPollClient(nbformat.v4.new_notebook())
+        manager = client.kernel_manager_class(config=client.config)
+    else:  # the course's own nbgrader_config.py, as nbgrader and its Validate button load it
+        from nbgrader.preprocessors import Execute
+        from traitlets.config.loader import PyFileConfigLoader
+
+        root = Path(__file__).resolve().parent.parent
+        execute = Execute(config=PyFileConfigLoader("nbgrader_config.py", path=str(root)).load_config())
+        manager = execute.kernel_manager_class(config=execute.config)
+    kc = manager.client()
+    assert isinstance(kc, SlicedKernelClient), f"{source}: {type(kc).__name__}"
+    assert kc.shell_channel_class is SlicedChannel and kc.iopub_channel_class is SlicedChannel
+
+
+def test_mlbook_run_executes_every_cell_and_names_the_one_that_raised():
+    from mlbook.execute import execute
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 6 * 7\nprint(x)"),
+                                         nbformat.v4.new_code_cell("raise ValueError('wrong')")])
+    run = execute(nb, timeout=30)
+    assert run.notebook.cells[0].outputs[0]["text"] == "42\n"
+    assert [(index, "wrong" in message) for index, _, message in run.errors] == [(1, True)], run.errors
