@@ -7,6 +7,8 @@ from mlbook.preprocessors import WARNING_STDERR_PATTERN, RedactTestTracebacks
 from nbgrader.preprocessors import ClearHiddenTests, GetGrades
 from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
 
+from mlbook_probe.polling import KERNEL_ARGS
+
 c = get_config()  # noqa: F821 (provided by traitlets when nbgrader loads this file)
 
 c.CourseDirectory.course_id = "attention-labs"
@@ -15,10 +17,10 @@ c.CourseDirectory.course_id = "attention-labs"
 # notebook still runs; the slowest reference cell (lab 5's training) needs well under this.
 c.Execute.timeout = 120
 c.Execute.interrupt_on_timeout = True
-# nbgrader's default for python kernels, plus a quiet kernel log (no transport warnings on stderr).
+# The project's kernel arguments (nbgrader's default for python kernels, plus a quiet kernel log).
 # Outputs are collected before the kernel stops: a graceful shutdown only costs 1-2 s a notebook.
 c.Execute.shutdown_kernel = "immediate"
-c.Execute.extra_arguments = ["--HistoryManager.hist_file=:memory:", "--IPKernelApp.log_level=ERROR"]
+c.Execute.extra_arguments = KERNEL_ARGS
 # About one widget cell in 120 otherwise waits the whole timeout for a reply that has arrived
 # (a lost ZeroMQ wake-up, measured in issue #9): the kernel's client polls in 0.25 s slices.
 c.AsyncKernelManager.client_class = "mlbook_probe.polling.SlicedKernelClient"  # nbgrader fixes Execute's manager class

@@ -28,8 +28,7 @@ sys.path.insert(0, str(REPO))
 import nbformat  # noqa: E402
 from nbclient import NotebookClient  # noqa: E402
 
-from mlbook_probe.polling import SlicedPollClient  # noqa: E402
-from mlbook_probe.runner import KERNEL_ARGS  # noqa: E402
+from mlbook_probe.polling import KERNEL_ARGS, SlicedPollClient  # noqa: E402
 
 SETUP = """\
 import numpy as np

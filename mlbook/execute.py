@@ -29,15 +29,15 @@ def execute(nb: NotebookNode, workdir: Path | None = None, timeout: int = 300, e
     """Run every cell of ``nb`` (a copy is executed) in ``workdir`` (a temporary folder by default)."""
     import copy
 
-    from mlbook_probe.polling import SlicedPollClient
+    from mlbook_probe.polling import KERNEL_ARGS, SlicedPollClient
 
     nb = copy.deepcopy(nb)
     own_dir = workdir is None
     workdir = Path(tempfile.mkdtemp(prefix="mlbook-run-")) if own_dir else workdir
     try:
-        client = SlicedPollClient(nb, timeout=timeout, kernel_name="python3", allow_errors=True, shutdown_kernel="immediate",
-                                extra_arguments=["--HistoryManager.hist_file=:memory:", "--IPKernelApp.log_level=ERROR"],
-                                resources={"metadata": {"path": str(workdir)}})
+        client = SlicedPollClient(nb, timeout=timeout, kernel_name="python3", allow_errors=True,
+                                  shutdown_kernel="immediate", extra_arguments=KERNEL_ARGS,
+                                  resources={"metadata": {"path": str(workdir)}})
         start = time.perf_counter()
         client.execute(**({"env": env} if env else {}))  # env reaches the kernel process
         seconds = time.perf_counter() - start

@@ -1,4 +1,5 @@
-"""Waiting on a kernel's channels in short polls: the fix for a lost ZeroMQ wake-up.
+"""How every notebook execution here talks to its kernel: its arguments, and waits on its
+channels in short polls (the fix for a lost ZeroMQ wake-up).
 
 Measured in issue #9 (``benchmarks/reply_stall.py``): about one cell in 120 of a widget-heavy
 notebook (lab 1's explorer) waited the whole cell timeout for an ``execute_reply`` its kernel had
@@ -24,6 +25,10 @@ from jupyter_client.channels import AsyncZMQSocketChannel
 from jupyter_client.manager import AsyncKernelManager
 from nbclient import NotebookClient
 from traitlets import DottedObjectName, Type, default
+
+# The kernel's command-line arguments: no history database, and a quiet log (no transport
+# warnings on stderr, which nbgrader would count against a test cell).
+KERNEL_ARGS = ["--HistoryManager.hist_file=:memory:", "--IPKernelApp.log_level=ERROR"]
 
 # How long one wait on a kernel channel may last before it is started afresh (seconds).
 POLL_SLICE = 0.25

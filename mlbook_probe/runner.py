@@ -27,9 +27,7 @@ sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[assignment]
 import nbformat  # noqa: E402
 from nbclient.exceptions import CellTimeoutError, DeadKernelError  # noqa: E402
 
-from .polling import SlicedPollClient  # noqa: E402
-
-KERNEL_ARGS = ["--HistoryManager.hist_file=:memory:", "--IPKernelApp.log_level=ERROR"]
+from .polling import KERNEL_ARGS, SlicedPollClient  # noqa: E402
 
 
 class CappedClient(SlicedPollClient):

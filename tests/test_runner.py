@@ -11,8 +11,8 @@ from queue import Empty
 import nbformat
 import pytest
 
-from mlbook_probe.polling import POLL_SLICE
-from mlbook_probe.runner import KERNEL_ARGS, CappedClient
+from mlbook_probe.polling import KERNEL_ARGS, POLL_SLICE
+from mlbook_probe.runner import CappedClient
 
 
 @pytest.fixture(scope="module")
