@@ -13,8 +13,12 @@ Conventions:
 from __future__ import annotations
 
 import functools
+import os
 import re
 import shutil
+import stat
+import unicodedata
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +26,28 @@ from .errors import MlbookError
 
 LAB_PATTERN = re.compile(r"lab\d\d_[a-z0-9_]+")
 CONFIG_NAME = "nbgrader_config.py"
+
+
+def student_id_problem(student: str) -> str:
+    """Why ``student`` cannot be a student id (a folder name under ``submitted/`` that every
+    other folder of the course is named after), or "" when it can. A student names their folder:
+    an id that is empty, starts with a dot (``.``, ``..``, hidden), holds a path separator or a
+    control character would make the grader's paths leave the course or hide from a TA."""
+    if not isinstance(student, str) or not student:
+        return "a student id must not be empty"
+    if student.startswith("."):
+        return f"the student id {student!r} starts with a dot"
+    if any(sep in student for sep in {"/", "\\", os.sep, os.altsep or "/"}):
+        return f"the student id {student!r} contains a path separator"
+    if any(unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp") for ch in student):
+        return f"the student id {student!r} contains a control character"
+    return ""
+
+
+def _checked(student: str) -> str:
+    if problem := student_id_problem(student):
+        raise MlbookError(f"refused: {problem}")
+    return student
 
 
 @dataclass(frozen=True)
@@ -78,14 +104,16 @@ class Course:
     def submitted_dir(self) -> Path:
         return self.root / "submitted"
 
+    # Every path named after a student checks the id first (``student_id_problem``): a crafted
+    # id raises MlbookError instead of naming a path outside the course.
     def submitted(self, student: str, lab: str) -> Path:
-        return self.submitted_dir / student / lab
+        return self.submitted_dir / _checked(student) / lab
 
     def autograded(self, student: str, lab: str) -> Path:
-        return self.root / "autograded" / student / lab / f"{lab}.ipynb"
+        return self.root / "autograded" / _checked(student) / lab / f"{lab}.ipynb"
 
     def feedback(self, student: str, lab: str) -> Path:
-        return self.root / "feedback" / student / lab / f"{lab}.html"
+        return self.root / "feedback" / _checked(student) / lab / f"{lab}.html"
 
     @property
     def status_file(self) -> Path:
@@ -103,13 +131,38 @@ class Course:
         return configured or f"sqlite:///{self.root / 'gradebook.db'}"
 
     def students(self, lab: str | None = None) -> list[str]:
-        """Students with a submission folder (for ``lab`` when given)."""
+        """Students with a submission folder (for ``lab`` when given).
+
+        Listed from the entries themselves (``lstat``): a student folder, or a lab folder in it,
+        that is a symbolic link is listed too, so that grading refuses it with its reason
+        (``mlbook.grading.intake``) instead of following it or leaving it out unseen. An entry
+        whose name cannot be a student id (``student_id_problem``) is skipped with a warning; a
+        hidden one (a leading dot) silently.
+        """
         if not self.submitted_dir.is_dir():
             return []
-        return sorted(
-            p.name for p in self.submitted_dir.iterdir()
-            if p.is_dir() and not p.name.startswith(".") and (lab is None or (p / lab).is_dir())
-        )
+        found = []
+        for p in self.submitted_dir.iterdir():
+            try:
+                mode = p.lstat().st_mode
+            except OSError:
+                continue
+            if not (stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
+                continue  # a stray file next to the student folders: nobody's submission
+            if p.name.startswith("."):
+                continue  # hidden (.ipynb_checkpoints, say): nobody's submission, as in nbgrader
+            if problem := student_id_problem(p.name):
+                warnings.warn(f"skipped {p.name!r} in {self.submitted_dir}: {problem}", stacklevel=2)
+                continue
+            if lab is None or self.has_submission(p.name, lab):
+                found.append(p.name)
+        return sorted(found)
+
+    def has_submission(self, student: str, lab: str) -> bool:
+        """Whether ``submitted/<student>/<lab>`` is there at all, link or not (no link is
+        followed: a student folder that is a link counts for every lab, and is refused)."""
+        entry = self.submitted_dir / _checked(student)
+        return entry.is_symlink() or os.path.lexists(entry / lab)
 
     # --- scratch courses ----------------------------------------------------------------
     def scratch_copy(self, dest: Path, labs: list[str]) -> "Course":

@@ -7,12 +7,17 @@ Conventions (stated once, relied on everywhere):
 - Messages quote the student's values and the lesson's published numbers only. They never
   quote a hidden reference result, so the same helpers serve visible and hidden tests.
 - Arrays may be NumPy arrays, torch tensors or nested lists; they are compared as float64.
+- Every check fails closed: an answer that is not real numeric data (None, a string, a complex
+  or object array, a ragged list, an object), that has NaN or inf where numbers are expected, or
+  whose comparison cannot be made, fails with a message saying what came back. Comparisons are
+  written ``not (error <= tolerance)``, which is True for NaN, never ``error > tolerance``.
 
 This module holds no lab solutions: it compares, it does not compute attention.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Sequence
 
 import numpy as np
@@ -20,6 +25,8 @@ import numpy as np
 __all__ = [
     "Misconception",
     "as_array",
+    "data_array",
+    "describe",
     "expect",
     "expect_shape",
     "expect_close",
@@ -34,11 +41,123 @@ class Misconception(AssertionError):
     """A failed check, carrying a message a student can act on."""
 
 
+_REAL = "biuf"  # dtype kinds of real numbers and booleans
+_MAX_DEPTH = 32
+
+
+def data_array(x: Any, _depth: int = 0) -> np.ndarray | None:
+    """``x`` as a NumPy array of its own dtype when it is data, else None.
+
+    Data is a NumPy array or scalar, a torch tensor (detached, on the CPU; bfloat16 as float32),
+    a Python bool, int, float or complex, or a list/tuple of those that nests to one regular
+    shape. Anything else (None, a string, a dict, an object, a ragged list) is None: nothing is
+    converted by guessing, and no attribute of an unknown object is read.
+    """
+    if isinstance(x, np.ndarray):
+        return x
+    if isinstance(x, (np.generic, bool, int, float, complex)):
+        return np.asarray(x)
+    torch = sys.modules.get("torch")  # never imported here: a tensor implies torch is loaded
+    if torch is not None and isinstance(x, torch.Tensor):
+        t = x.detach().cpu()
+        if t.dtype == torch.bfloat16:
+            t = t.float()
+        try:
+            return t.resolve_conj().numpy()
+        except (TypeError, RuntimeError):  # a dtype NumPy has no counterpart for
+            return None
+    if isinstance(x, (list, tuple)) and _depth < _MAX_DEPTH:
+        if all(type(v) in (bool, int, float) for v in x):  # the common case, in one step
+            return np.array(x) if x else np.zeros((0,))
+        parts = [data_array(v, _depth + 1) for v in x]
+        if any(p is None for p in parts) or len({p.shape for p in parts}) != 1:
+            return None
+        return np.stack(parts)
+    return None
+
+
+_NONE_FOUND = object()
+
+
+def _first_non_number(x: list | tuple, depth: int = 0) -> Any:
+    """The first item of a nested list that is not a number, an array or a tensor (``_NONE_FOUND``
+    when every one is)."""
+    for v in x:
+        if isinstance(v, (list, tuple)) and depth < _MAX_DEPTH:
+            odd = _first_non_number(v, depth + 1)
+            if odd is not _NONE_FOUND:
+                return odd
+        elif data_array(v) is None:
+            return v
+    return _NONE_FOUND
+
+
+def _count(arr: np.ndarray, test) -> int:
+    with np.errstate(invalid="ignore"):
+        return int(test(arr).sum())
+
+
+def describe(x: Any) -> str:
+    """What ``x`` is, for a failure message: a number, or a kind, dtype and shape, and how many
+    entries are NaN or inf. Safe on anything: an object that is not data (one living in a
+    student's kernel included) is described without being asked anything."""
+    if x is None:
+        return "None"
+    if isinstance(x, str):
+        return f"the string {x[:40]!r}"
+    arr = data_array(x)
+    if arr is None:
+        if isinstance(x, (list, tuple)):
+            odd = _first_non_number(x)
+            holding = "rows of different lengths" if odd is _NONE_FOUND else describe(odd)
+            return (f"a {type(x).__name__} of {len(x)} item{'s' if len(x) != 1 else ''} holding {holding}, "
+                    "not a regular array of numbers")
+        if isinstance(x, dict):
+            return f"a dict with keys {sorted(map(str, x))[:6]}"
+        return "an object that is not data (not a number, an array or a tensor)"
+    kind = arr.dtype.kind
+    if arr.ndim == 0 and kind == "b":
+        return f"the bool {bool(arr)}"
+    if arr.ndim == 0 and kind in "iuf":
+        value = float(arr)
+        return "NaN" if value != value else "inf" if value == np.inf else "-inf" if value == -np.inf else f"{value:.6g}"
+    if arr.ndim == 0 and kind == "c":
+        return f"the complex number {complex(arr):.4g}"
+    dtype = "" if kind == "f" else f"{arr.dtype} "
+    article = "an" if (dtype or "array")[0] in "aeiou" else "a"
+    if arr.size == 0:
+        return f"an empty {dtype}array of shape {arr.shape}"
+    if kind == "f":
+        n_nan, n_inf = _count(arr, np.isnan), _count(arr, np.isinf)
+        if n_nan == arr.size:
+            return f"an array of shape {arr.shape}, all NaN"
+        if n_inf == arr.size:
+            return f"an array of shape {arr.shape}, all inf"
+        bad = [f"{n} NaN" for n in (n_nan,) if n] + [f"{n} inf" for n in (n_inf,) if n]
+        if bad:
+            return f"an array of shape {arr.shape} with {' and '.join(bad)} among its {arr.size} entries"
+    return f"{article} {dtype}array of shape {arr.shape}"
+
+
 def as_array(x: Any) -> np.ndarray:
-    """Return ``x`` as a float64 NumPy array (torch tensors are detached and moved to CPU)."""
-    if hasattr(x, "detach"):  # a torch tensor, without importing torch here
-        x = x.detach().cpu().double().numpy()
-    return np.asarray(x, dtype=np.float64)
+    """Return ``x`` as a float64 NumPy array (torch tensors are detached and moved to CPU).
+
+    Raises:
+        TypeError: ``x`` is not real numeric data (see ``data_array``): None, a string, a complex
+            or object array, a ragged list or an object.
+    """
+    arr = data_array(x)
+    if arr is None or arr.dtype.kind not in _REAL:
+        raise TypeError(f"expected an array of real numbers, got {describe(x)}")
+    return arr.astype(np.float64)
+
+
+def _numbers(x: Any, what: str, hint: str | None, booleans: bool = False) -> np.ndarray:
+    """``x`` as float64 for a check, or a failure saying what it is (bool only when ``booleans``)."""
+    arr = data_array(x)
+    if arr is None or arr.dtype.kind not in (_REAL if booleans else "iuf"):
+        _fail(what, f"got {describe(x)}, not an array of real numbers", hint)
+    return arr.astype(np.float64)
 
 
 def _fmt(x: Any, limit: int = 6) -> str:
@@ -55,16 +174,23 @@ def _fail(what: str, observed: str, hint: str | None) -> None:
 
 
 def expect(condition: bool, what: str, observed: str, hint: str | None = None) -> None:
-    """Fail with ``what: observed. hint`` unless ``condition`` holds."""
-    if not condition:
+    """Fail with ``what: observed. hint`` unless ``condition`` is True.
+
+    ``condition`` must be a truth value (a bool, or a one-entry boolean array or tensor): a
+    number, NaN included, is not True, so write ``x < limit``, never a bare value.
+    """
+    arr = data_array(condition)
+    if arr is None or arr.dtype.kind != "b" or arr.size != 1 or not bool(arr.reshape(())):
         _fail(what, observed, hint)
 
 
 def expect_shape(actual: Any, shape: Sequence[int], what: str, hint: str | None = None) -> None:
-    """Check that ``actual`` has exactly ``shape``."""
-    got = tuple(np.shape(actual)) if not hasattr(actual, "shape") else tuple(actual.shape)
-    if got != tuple(shape):
-        _fail(what, f"shape is {got}, expected {tuple(shape)}", hint)
+    """Check that ``actual`` is an array (or tensor, or regular nested list) of exactly ``shape``."""
+    arr = data_array(actual)
+    if arr is None:
+        _fail(what, f"got {describe(actual)}, expected an array of shape {tuple(shape)}", hint)
+    if arr.shape != tuple(shape):
+        _fail(what, f"shape is {arr.shape}, expected {tuple(shape)}", hint)
 
 
 def expect_close(
@@ -76,12 +202,15 @@ def expect_close(
     rtol: float = 0.0,
 ) -> None:
     """Check ``actual`` against ``expected`` within ``atol + rtol * |expected|`` elementwise."""
-    a, e = as_array(actual), as_array(expected)
+    expected_is_bool = getattr(data_array(expected), "dtype", np.dtype(float)).kind == "b"
+    e = as_array(expected)  # the lesson's own numbers
+    a = _numbers(actual, what, hint, booleans=expected_is_bool)
     if a.shape != e.shape:
         _fail(what, f"shape is {a.shape}, expected {e.shape}", hint)
     if not np.all(np.isfinite(a)):
         _fail(what, f"contains nan or inf ({_fmt(a)})", hint)
-    bad = np.abs(a - e) > atol + rtol * np.abs(e)
+    with np.errstate(invalid="ignore", over="ignore"):
+        bad = ~(np.isfinite(e) & (np.abs(a - e) <= atol + rtol * np.abs(e)))  # a is finite: e must be too
     if bad.any():
         idx = tuple(int(i) for i in np.argwhere(bad)[0])
         where = f" at index {idx}" if a.ndim else ""
@@ -89,8 +218,10 @@ def expect_close(
 
 
 def expect_finite(actual: Any, what: str, hint: str | None = None) -> None:
-    """Check that no entry is nan or inf."""
-    a = as_array(actual)
+    """Check that ``actual`` is real numeric data with at least one entry and none nan or inf."""
+    a = _numbers(actual, what, hint, booleans=True)
+    if a.size == 0:
+        _fail(what, "is empty", hint)
     n_bad = int((~np.isfinite(a)).sum())
     if n_bad:
         _fail(what, f"{n_bad} of {a.size} entries are nan or inf", hint)
@@ -98,12 +229,14 @@ def expect_finite(actual: Any, what: str, hint: str | None = None) -> None:
 
 def expect_rows_sum_to_one(weights: Any, what: str, hint: str | None = None, atol: float = 1e-6) -> None:
     """Check that every row (last axis) of ``weights`` is a probability distribution."""
-    w = as_array(weights)
+    w = _numbers(weights, what, hint)
+    if w.ndim == 0:
+        _fail(what, f"got {describe(weights)}, not rows of weights", hint)
     expect_finite(w, what, hint)
-    if (w < -atol).any():
+    if not (w >= -atol).all():
         _fail(what, f"has negative weights (min {w.min():.4g})", hint)
     sums = w.sum(axis=-1)
-    off = np.abs(sums - 1.0) > atol
+    off = ~(np.abs(sums - 1.0) <= atol)
     if off.any():
         _fail(what, f"rows sum to {_fmt(sums[off])}, not 1", hint)
 
@@ -115,10 +248,15 @@ def expect_in_convex_hull(outputs: Any, values: Any, what: str, hint: str | None
         outputs: (..., T_q, d_v) attention outputs.
         values: (..., T_k, d_v) the value rows they were mixed from.
     """
-    o, v = as_array(outputs), as_array(values)
+    o, v = _numbers(outputs, what, hint), as_array(values)
+    if o.ndim < 1 or o.shape[-1:] != v.shape[-1:] or o.size == 0:
+        _fail(what, f"got {describe(outputs)}, expected rows of width {v.shape[-1]}", hint)
     lo = v.min(axis=-2, keepdims=True)  # (..., 1, d_v)
     hi = v.max(axis=-2, keepdims=True)  # (..., 1, d_v)
-    outside = (o < lo - atol) | (o > hi + atol)
+    try:
+        outside = ~((o >= lo - atol) & (o <= hi + atol))  # a nan lies outside every range
+    except ValueError:  # batch axes that do not broadcast
+        _fail(what, f"shape is {o.shape}, which does not line up with values of shape {v.shape}", hint)
     if outside.any():
         _fail(what, f"{int(outside.sum())} output entries lie outside the range of the values", hint)
 
@@ -129,8 +267,11 @@ def expect_zero_where_masked(weights: Any, allowed: Any, what: str, hint: str | 
     A mask is True where attention is allowed; weight on a forbidden key means the mask was
     ignored or its polarity inverted.
     """
-    w = as_array(weights)
-    forbidden = ~np.broadcast_to(np.asarray(allowed, dtype=bool), w.shape)
-    leaked = forbidden & (np.abs(np.nan_to_num(w, nan=0.0)) > atol)
+    w = _numbers(weights, what, hint)
+    try:
+        forbidden = ~np.broadcast_to(np.asarray(allowed, dtype=bool), w.shape)
+    except ValueError:
+        _fail(what, f"shape is {w.shape}, which does not line up with the mask", hint)
+    leaked = forbidden & ~(np.abs(w) <= atol)  # nan where a weight must be 0 is not 0 either
     if leaked.any():
         _fail(what, f"{int(leaked.sum())} forbidden entries have non-zero weight (largest {np.abs(w[leaked]).max():.3g})", hint)

@@ -8,6 +8,14 @@ functions on inputs it sends, getting results back as plain data (``mlbook_probe
 package holds no reference solution and decides nothing: the grader finally says whether the
 cell passed and with which message, and ``probe_cell`` raises that message here, so the student
 sees it under the cell.
+
+The grader also lends test objects to the student's code (a layer with a hidden leak, say):
+they arrive here as ``Borrowed`` stand-ins, and calling one asks the grader, over the same
+connection, for the result as data. What the object holds never reaches this kernel.
+
+Which cell a connection is for is not this package's to say: the grader admits one connection
+while the runner (a process this kernel cannot inspect) reports that cell running, and refuses
+any other. Whatever answers on that connection answers for the student's kernel.
 """
 
 from __future__ import annotations
@@ -71,6 +79,22 @@ class _Session:
             raise wire.WireError(f"unknown handle {hid}")
         return self.objects[hid]
 
+    def decode(self, tree: Any, blobs: list[bytes]) -> Any:
+        return wire.decode(tree, blobs, self.resolve, from_lent=lambda gid: Borrowed(self, gid))
+
+    def ask_grader(self, gid: int, op: str, **fields: Any) -> Any:
+        """A request about a borrowed grader object; its answer comes back as data."""
+        blobs: list[bytes] = []
+        header = {"op": "lent", "do": op, "target": gid}
+        for key, value in fields.items():
+            header[key] = value if key == "name" else wire.encode(value, blobs, _refuse_objects)
+        wire.send(self.sock, header, blobs)
+        reply, blobs = wire.recv(self.sock)
+        if "error" in reply:
+            kind, text = (list(reply["error"]) + ["", ""])[:2]
+            raise _RAISED_AS.get(str(kind), RuntimeError)(str(text))
+        return self.decode(reply.get("ok"), blobs)
+
     def serve(self, hello: dict) -> tuple[bool, str]:
         try:
             wire.send(self.sock, hello)
@@ -98,7 +122,7 @@ class _Session:
 
     def _do(self, header: dict, blobs: list[bytes]) -> Any:
         op = header.get("op")
-        value = lambda key: wire.decode(header.get(key), blobs, self.resolve)  # noqa: E731
+        value = lambda key: self.decode(header.get(key), blobs)  # noqa: E731
         if op == "import":
             qualname = str(header.get("name", ""))
             if qualname.split(":")[0].split(".")[0] not in IMPORTABLE:
@@ -126,3 +150,34 @@ class _Session:
         if op == "iter":
             return list(target)
         raise wire.WireError(f"unknown operation {op!r}")
+
+
+# A borrowed object's error is raised here as the same built-in kind (a wrong shape, say).
+_RAISED_AS = {"ValueError": ValueError, "TypeError": TypeError, "IndexError": IndexError, "KeyError": KeyError,
+              "AttributeError": AttributeError}
+
+
+def _refuse_objects(obj: Any) -> int:
+    raise TypeError(f"a {type(obj).__name__} cannot be passed to a grader object: pass arrays, tensors or numbers")
+
+
+class Borrowed(wire.Lent):
+    """A grader object lent to the student's code for one check: calls go to the grader."""
+
+    def __init__(self, session: _Session, gid: int):
+        object.__setattr__(self, "_session", session)
+        object.__setattr__(self, "lend_id", gid)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._session.ask_grader(self.lend_id, "call", args=list(args), kwargs=kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        return self._session.ask_grader(self.lend_id, "getattr", name=name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("a test object lent by the grader cannot be changed")
+
+    def __repr__(self) -> str:
+        return "<a test object lent by the grader>"

@@ -7,8 +7,11 @@ Conventions (both sides rely on them):
 - Values: None, bool, int, float, str as JSON; ``{"$t": [...]}`` tuple, ``{"$l": [...]}`` list,
   ``{"$d": {...}}`` dict with str keys, ``{"$a": i}`` array (``"torch"``: the tensor dtype it came
   from, ``"scalar"``: a NumPy scalar), ``{"$h": n}`` a handle to an object that stays in the
-  kernel (a student's function, class or instance).
-- A receiver trusts nothing: sizes, nesting and dtypes are checked while decoding.
+  kernel (a student's function, class or instance), ``{"$g": n}`` a handle to an object that
+  stays in the grader (a test object lent to the student's code: calling it from the kernel
+  asks the grader, whose answer is data; what is inside it never crosses).
+- A receiver trusts nothing: sizes, nesting and dtypes are checked while decoding, and a frame
+  larger than the receiver allows is refused from its length alone, before it is read.
 """
 
 from __future__ import annotations
@@ -29,6 +32,10 @@ _ALLOWED_KINDS = set("biufc")
 
 class WireError(ValueError):
     """A frame or value that does not follow the format."""
+
+
+class FrameTooLarge(WireError):
+    """A frame longer than the receiver accepts (refused before its body is read)."""
 
 
 class UnsendableError(WireError):
@@ -53,6 +60,8 @@ def encode(value: Any, blobs: list[bytes], to_handle: Callable[[Any], int] | Non
         return {"$f": repr(value)} if isinstance(value, float) and not np.isfinite(value) else value
     if isinstance(value, Handle):
         return {"$h": value.handle_id}
+    if isinstance(value, Lent):
+        return {"$g": value.lend_id}
     if isinstance(value, np.ndarray) or isinstance(value, np.generic):
         arr = np.asarray(value)
         if arr.dtype.kind in _ALLOWED_KINDS:
@@ -79,8 +88,10 @@ def encode(value: Any, blobs: list[bytes], to_handle: Callable[[Any], int] | Non
     return {"$h": to_handle(value)}
 
 
-def decode(tree: Any, blobs: list[bytes], from_handle: Callable[[int], Any], depth: int = 0) -> Any:
-    """The value ``encode`` described; ``from_handle`` resolves handle ids."""
+def decode(tree: Any, blobs: list[bytes], from_handle: Callable[[int], Any], depth: int = 0,
+           from_lent: Callable[[int], Any] | None = None) -> Any:
+    """The value ``encode`` described; ``from_handle`` resolves kernel handles, ``from_lent``
+    grader handles (None: a grader handle is an error, as on the grader's own side)."""
     if depth > MAX_DEPTH:
         raise WireError("value nested too deeply")
     if tree is None or isinstance(tree, (bool, int, float, str)):
@@ -104,6 +115,10 @@ def decode(tree: Any, blobs: list[bytes], from_handle: Callable[[int], Any], dep
         if not isinstance(tree["$h"], int):
             raise WireError("malformed handle")
         return from_handle(tree["$h"])
+    if "$g" in tree:
+        if not isinstance(tree["$g"], int) or from_lent is None:
+            raise WireError("malformed or unexpected grader handle")
+        return from_lent(tree["$g"])
     if "$a" in tree:
         index = tree["$a"]
         if not isinstance(index, int) or not 0 <= index < len(blobs):
@@ -122,16 +137,23 @@ def decode(tree: Any, blobs: list[bytes], from_handle: Callable[[int], Any], dep
         if tag in tree:
             if not isinstance(tree[tag], list):
                 raise WireError("malformed sequence")
-            return kind(decode(v, blobs, from_handle, depth + 1) for v in tree[tag])
+            return kind(decode(v, blobs, from_handle, depth + 1, from_lent) for v in tree[tag])
     if "$d" in tree and isinstance(tree["$d"], dict):
-        return {str(k): decode(v, blobs, from_handle, depth + 1) for k, v in tree["$d"].items()}
+        return {str(k): decode(v, blobs, from_handle, depth + 1, from_lent) for k, v in tree["$d"].items()}
     raise WireError("unknown value tag")
 
 
 class Handle:
-    """Base of objects that stand for something living on the other side."""
+    """Base of objects that stand for something living in the kernel."""
 
     handle_id: int
+
+
+class Lent:
+    """Base of objects that stand, on the grader's side of a frame, for a grader object lent to
+    the kernel for one session (``mlbook.judge``: ``lend``)."""
+
+    lend_id: int
 
 
 _BIT_GENERATORS = ("PCG64", "PCG64DXSM", "MT19937", "Philox", "SFC64")
@@ -173,11 +195,12 @@ def send(sock: socket.socket, header: dict, blobs: list[bytes] = ()) -> None:
     sock.sendall(struct.pack(">Q", len(payload)) + payload)
 
 
-def recv(sock: socket.socket) -> tuple[dict, list[bytes]]:
-    """Receive one message; raises ``WireError`` on anything malformed, EOFError on a closed peer."""
+def recv(sock: socket.socket, max_bytes: int = MAX_FRAME_BYTES) -> tuple[dict, list[bytes]]:
+    """Receive one message of at most ``max_bytes``; raises ``WireError`` on anything malformed
+    (an oversized frame before reading it), EOFError on a closed peer."""
     (size,) = struct.unpack(">Q", _read(sock, 8))
-    if size > MAX_FRAME_BYTES:
-        raise WireError(f"message of {size} bytes exceeds {MAX_FRAME_BYTES}")
+    if size > max_bytes:
+        raise FrameTooLarge(f"message of {size:,} bytes exceeds the {max_bytes:,} allowed here")
     payload = _read(sock, size)
     cut = payload.find(b"\0")
     if cut < 0:

@@ -13,14 +13,16 @@ nothing running but ``cat``) and asks for a fork that moves into it:
                                  a fork of itself (``mlbook_probe.forked_kernel``)
 
 Isolation is the sandbox's, not weaker: the runner and the kernel live in that submission's own
-mount, process, network, IPC and UTS namespaces, under its uid, rlimits, no capabilities and no
-new privileges; when the grader closes the placeholder, every process in it dies. Nothing one
-submission does reaches this process or another submission: the zygote is in a process namespace
-the sandbox cannot see, and each submission starts from this process's memory, which holds
-imported libraries only (never the grader's package, references or another student's data).
+mount, process, network, IPC and UTS namespaces, under its uid, rlimits, no capabilities, no
+new privileges and its syscall filter (``mlbook_probe.seccomp``); when the grader closes the
+placeholder, every process in it dies. Nothing one submission does reaches this process or
+another submission: the zygote is in a process namespace the sandbox cannot see, and each
+submission starts from this process's memory, which holds imported libraries only (never the
+grader's package, references or another student's data).
 
 Protocol, on a unix socket pair: the zygote sends ``ready`` once warm; then per request the
-grader sends one JSON line with two file descriptors (the notebook pipe and the log file) and
+grader sends one JSON line with three file descriptors (the notebook pipe, the log file and the
+runner's private channel to the judge) and
 the zygote answers one JSON line, ``{"pid": entrant_pid}`` or ``{"error": "..."}``.
 """
 
@@ -28,12 +30,15 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import fcntl
 import gc
 import json
 import os
 import socket
 import sys
 import traceback
+
+from mlbook_probe import seccomp
 
 # As in the runner: nbformat imports jsonschema, which builds an IRI grammar (2.7 s) for format
 # checks no notebook schema uses. Forks inherit the module marked absent.
@@ -47,6 +52,7 @@ NAMESPACES = ("ipc", "uts", "net", "cgroup", "pid", "mnt")  # mnt last: it chang
 PR_SET_NO_NEW_PRIVS, PR_CAPBSET_DROP, PR_SET_DUMPABLE, PR_CAP_AMBIENT = 38, 24, 4, 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
 OUT_FD = 3  # where the runner writes the executed notebook, inside the sandbox
+CONTROL_FD = 4  # the runner's private channel to the judge, inside the sandbox
 
 
 def preload() -> None:
@@ -76,7 +82,7 @@ def serve(conn: socket.socket) -> None:
     while True:
         fds: list[int] = []
         try:
-            line, fds, _, _ = socket.recv_fds(conn, 1 << 20, 2)
+            line, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
         except OSError:
             return
         if not line:
@@ -119,7 +125,7 @@ def _reap() -> None:
 
 def _enter_and_run(request: dict, fds: list[int]) -> int:
     """In the entrant: join the placeholder's sandbox, fork the runner into it, exit."""
-    out_fd, log_fd = fds
+    out_fd, log_fd, control_fd = fds
     libc = ctypes.CDLL(None, use_errno=True)
     target = int(request["placeholder_pid"])
     ns_fds = [(ns, os.open(f"/proc/{target}/ns/{ns}", os.O_RDONLY)) for ns in NAMESPACES]
@@ -135,7 +141,7 @@ def _enter_and_run(request: dict, fds: list[int]) -> int:
     if os.fork() != 0:
         return 0  # the runner is now the sandbox's (its init reaps it)
     os.setsid()
-    _settle_fds(out_fd, log_fd)
+    _settle_fds(out_fd, log_fd, control_fd)
     _drop_privileges(libc, request)
     os.environ.clear()
     os.environ.update(request["env"])
@@ -146,14 +152,17 @@ def _enter_and_run(request: dict, fds: list[int]) -> int:
     return runner.main(request["runner_args"] + ["--out-fd", str(OUT_FD)], fork_kernel=True)
 
 
-def _settle_fds(out_fd: int, log_fd: int) -> None:
-    """stdin from /dev/null, stdout and stderr to the log, the notebook pipe on OUT_FD, nothing else."""
+def _settle_fds(out_fd: int, log_fd: int, control_fd: int) -> None:
+    """stdin from /dev/null, stdout and stderr to the log, the notebook pipe on OUT_FD, the
+    judge's channel on CONTROL_FD, nothing else."""
     devnull = os.open("/dev/null", os.O_RDONLY)
     os.dup2(devnull, 0)
     os.dup2(log_fd, 1)
     os.dup2(log_fd, 2)
+    control = fcntl.fcntl(control_fd, fcntl.F_DUPFD, 16)  # off OUT_FD's number before that is set
     os.dup2(out_fd, OUT_FD)
-    os.closerange(OUT_FD + 1, 1 << 16)
+    os.dup2(control, CONTROL_FD)
+    os.closerange(CONTROL_FD + 1, 1 << 16)
 
 
 def _drop_privileges(libc, request: dict) -> None:
@@ -172,6 +181,7 @@ def _drop_privileges(libc, request: dict) -> None:
     os.setresuid(uid, uid, uid)
     if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "cannot set no_new_privs")
+    seccomp.install()  # the sandbox's syscall filter, as bubblewrap loads it on a cold start
     libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # as any process the user starts (setuid cleared it)
     status = open("/proc/self/status").read()
     if os.getuid() != uid or os.geteuid() != uid or "CapEff:\t0000000000000000" not in status:
@@ -183,8 +193,9 @@ def _fresh_process_state() -> None:
     import random
     import signal
 
-    for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE):
+    for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # as CPython sets it at start: EPIPE, not death
     signal.signal(signal.SIGINT, signal.default_int_handler)
     random.seed()
     try:

@@ -177,6 +177,10 @@ hidden.check_heads(split_heads, merge_heads)
 # Use four separate `nn.Linear(d_model, d_model, bias=bias)` named `W_q`, `W_k`, `W_v`, `W_o`.
 # Masked scores are filled before the softmax; `torch.finfo(scores.dtype).min` is safer than
 # `-inf` (a fully masked row gives a uniform row instead of `nan`).
+#
+# Write the heads and the attention yourself: this cell must not call torch's whole layer
+# (`nn.MultiheadAttention`, `F.multi_head_attention_forward`) or `F.scaled_dot_product_attention`.
+# The grader flags a cell that does for your TA, who decides what it earns.
 
 # %% nbgrader={"grade_id": "MultiHeadAttention", "solution": true}
 class MultiHeadAttention(nn.Module):

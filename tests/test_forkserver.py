@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 
 import nbformat
 import pytest
@@ -28,6 +29,7 @@ status = dict(line.split(":\\t", 1) for line in open("/proc/self/status").read()
 print("PROBE" + json.dumps({
     "uid": os.getuid(), "gid": os.getgid(), "groups": os.getgroups(),
     "cap_eff": status["CapEff"], "cap_bnd": status["CapBnd"], "no_new_privs": status["NoNewPrivs"],
+    "seccomp": status["Seccomp"], "sig_ign": status["SigIgn"], "sig_blk": status["SigBlk"],
     "pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
     "grader_modules": sorted(m for m in sys.modules if m == "mlbook" or m.startswith("mlbook.")),
     "env": dict(os.environ), "tmp": sorted(os.listdir("/tmp")), "home": sorted(os.listdir(os.path.expanduser("~"))),
@@ -66,7 +68,7 @@ def _notebook(*sources: str) -> nbformat.NotebookNode:
 
 
 def _probe(warm: bool) -> dict:
-    result = execute_sandboxed(_notebook(PROBE), lab_plan(LAB, REPO.source(LAB)), Limits(), slot=5, warm=warm)
+    result = execute_sandboxed(_notebook(PROBE), lab_plan(LAB, REPO.source(LAB)), Limits(), warm=warm)
     assert result.error is None, result.log
     text = "".join(o.get("text", "") for o in result.notebook.cells[0].outputs)
     assert "PROBE" in text, result.notebook.cells[0].outputs
@@ -75,12 +77,15 @@ def _probe(warm: bool) -> dict:
 
 def test_a_warm_kernel_has_the_user_rights_and_view_of_a_fresh_one():
     warm, cold = _probe(True), _probe(False)
-    assert warm["uid"] == warm["gid"] == bwrap.sandbox_uid(5) and warm["groups"] == []
+    for probe in (warm, cold):  # each its own fresh sandbox user (test_each_submission_runs_under_...)
+        assert probe["uid"] == probe["gid"] and bwrap.UID_RANGE[0] <= probe["uid"] < bwrap.UID_RANGE[1]
+    assert warm["groups"] == []
     assert warm["cap_eff"] == warm["cap_bnd"] == "0000000000000000" and warm["no_new_privs"] == "1"
+    assert warm["seccomp"] == "2", "the warm kernel runs without the sandbox's syscall filter"
     assert warm["grader_modules"] == [], "the grader's package is in the warm kernel's memory"
     for probe in (warm, cold):  # the kernel's connection file has a random name
         probe["tmp"] = [re.sub(r"^tmp\w+\.json$", "<connection file>", name) for name in probe["tmp"]]
-    for key in ("uid", "gid", "groups", "cap_eff", "cap_bnd", "no_new_privs", "tmp", "home", "hostname", "cwd", "path0",
+    for key in ("groups", "cap_eff", "cap_bnd", "no_new_privs", "seccomp", "sig_ign", "sig_blk", "tmp", "home", "hostname", "cwd", "path0",
                 "top", "grader_modules"):
         assert warm[key] == cold[key], (key, warm[key], cold[key])
     ignored = {"JPY_PARENT_PID", "JPY_SESSION_NAME", "PYDEVD_USE_FRAME_EVAL"}  # set per launch by jupyter_client
@@ -92,12 +97,28 @@ def test_a_warm_kernel_has_the_user_rights_and_view_of_a_fresh_one():
 
 def test_nothing_a_warm_submission_leaves_behind_reaches_the_next():
     before = _probe(True)
-    traces = execute_sandboxed(_notebook(LEAVE_TRACES), lab_plan(LAB, REPO.source(LAB)), Limits(), slot=5)
+    traces = execute_sandboxed(_notebook(LEAVE_TRACES), lab_plan(LAB, REPO.source(LAB)), Limits())
     assert traces.error is None, traces.log
     after = _probe(True)
     assert "left-behind" not in after["tmp"] and "left-behind" not in after["home"]
     assert after["pids"] == before["pids"], "a process from the earlier submission is still alive beside this one"
     assert after["random"] != before["random"], "two warm kernels drew the same numpy random numbers"
+
+
+def test_each_submission_runs_under_an_identity_no_earlier_submission_had(monkeypatch):
+    uids = [_probe(warm)["uid"] for warm in (True, False, True, False)]
+    assert len(set(uids)) == len(uids), f"two submissions ran under one user id: {uids}"
+    low, high = bwrap.UID_RANGE
+    assert all(low <= uid < high for uid in uids)
+    # The draw skips an id some process on this machine runs under, and one drawn before.
+    busy = subprocess.Popen(["sleep", "60"], user=low + 12345, group=low + 12345)
+    try:
+        draws = iter([12345, uids[0] - low, 777])
+        monkeypatch.setattr(bwrap.secrets, "randbelow", lambda n: next(draws))
+        assert bwrap.fresh_uid() == low + 777
+    finally:
+        busy.kill()
+        busy.wait()
 
 
 def test_warm_kernels_grade_exactly_like_fresh_ones():

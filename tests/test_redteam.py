@@ -1,11 +1,16 @@
 """The red-team suite: attacks on the grader, through the real pipeline (sandbox, judge, nbgrader).
 
-One batch of lab 2 submissions is graded once: a wrong answer (the catalogue's
-``std-of-products`` mutant: 5 points lost on ``dot_product_std``) on its own, the same wrong
-answer plus each attack, structural tampering with the notebook, and correct bystanders in the
-same batch. Every attack must score no more than the wrong answer alone and disturb nobody.
-The batch runs with the default admission, as a TA's would: several sandboxes at once, so the
-attacks run beside each other and beside the bystanders.
+One batch is graded once, two labs in it:
+- lab 2: a wrong answer (the catalogue's ``std-of-products`` mutant: 5 points lost on
+  ``dot_product_std``) on its own, the same wrong answer plus each attack, structural tampering
+  with the notebook, and correct bystanders;
+- lab 3: a wrong property test (``future-test-first-output-only``: it misses leaks) on its own
+  and with attacks that try to read the answer out of the test layers the judge hands it;
+- lab 6: a chunked attention that builds the full T x T matrix (``full-score-matrix``) on its own
+  and with attacks on what measures its memory.
+Every attack must score no more than its lab's wrong answer alone and disturb nobody. The batch
+runs with the default admission, as a TA's would: several sandboxes at once, so the attacks run
+beside each other and beside the bystanders.
 """
 
 from __future__ import annotations
@@ -21,13 +26,17 @@ import pytest
 from harness import REPO, scratch_course
 from mlbook import submissions
 from mlbook.catalogue import load_catalogue
-from mlbook.grading import GradingOptions, autograde
+from mlbook.grading import GradingOptions, autograde_labs
 from mlbook.notebooks import grade_id, read_nb
 from mlbook.results import collect
 from mlbook.sandbox.limits import GiB, Limits
 from mlbook.status import ERROR, GRADED
 
 LAB = "lab02_scaling"
+LAB3 = "lab03_masks"
+WRONG3 = "future-test-first-output-only"
+LAB6 = "lab06_chunked_attention"
+WRONG6 = "full-score-matrix"
 pytestmark = [pytest.mark.xdist_group("redteam"), pytest.mark.slow]
 WRONG = "std-of-products"
 BYSTANDERS = ("bystander-a", "bystander-m", "bystander-z")  # started before, among and after the attacks
@@ -79,10 +88,91 @@ def code_attacks(root: Path, port: int) -> dict[str, str]:
                            "    try:\n        from mlbook.labs.lab02_scaling import hidden\n"
                            "        dot_product_std = lambda d_k, n_pairs, rng: float(d_k) ** 0.5\n"
                            "    except ImportError as e:\n        print('no grader code here:', e)\n"),
+        # The judge's socket: claim test cells early, impersonate the probe, flood it.
+        "judge-early-claim": _JUDGE_WIRE + (
+            "for _cell in ('test_dot_product_std', 'test_dot_product_std_hidden'):\n"
+            "    try:\n        _s = _connect()\n        _s.sendall(_frame({'op': 'hello', 'lab': 'lab02_scaling', 'cell': _cell}))\n"
+            "        print('claimed', _cell, _reply(_s))\n"
+            "    except Exception as _e:\n        print('claim refused:', _cell, type(_e).__name__)\n"),
+        "judge-impersonator": _JUDGE_WIRE + (
+            "import threading, time\n"
+            "def _impersonate():\n    _end = time.time() + 90\n    while time.time() < _end:\n"
+            "        for _cell in ('test_dot_product_std', 'test_dot_product_std_hidden'):\n            try:\n"
+            "                _s = _connect()\n                _s.sendall(_frame({'op': 'hello', 'lab': 'lab02_scaling', 'cell': _cell}))\n"
+            "                while True:\n                    _h = _reply(_s)\n                    if _h.get('op') in (None, 'done'):\n"
+            "                        break\n                    if _h['op'] == 'call':  # answers as a wrong student would wish\n"
+            "                        _d = _h['args']['$l'][0]\n                        _s.sendall(_frame({'ok': float(_d) ** 0.5}))\n"
+            "                    else:\n                        _s.sendall(_frame({'ok': {'$h': 1}}))\n"
+            "            except Exception:\n                pass\n        time.sleep(0.005)\n"
+            "threading.Thread(target=_impersonate, daemon=True).start()\n"),
+        "judge-flood": _JUDGE_WIRE + (
+            "import threading, struct, time\n"
+            "def _flood():\n    _held, _end = [], time.time() + 60\n    while time.time() < _end:\n        try:\n"
+            "            _s = _connect()\n            _s.settimeout(0.2)\n            _s.sendall(struct.pack('>Q', 250 * 2**20) + b'x' * 2**20)\n"
+            "            _held.append(_s)\n        except Exception:\n            pass\n"
+            "threading.Thread(target=_flood, daemon=True).start()\n"),
+        "huge-error": "raise ValueError('x' * 20_000_000)\n",
         "speak-to-judge": ("import os, socket, struct\npath = os.environ.get('MLBOOK_PROBE_SOCKET')\nif path:\n"
                            "    for frame in (b'\\xff' * 8, struct.pack('>Q', 5) + b'{}\\0\\0\\0'):\n"
                            "        s = socket.socket(socket.AF_UNIX)\n        s.connect(path)\n"
                            "        s.sendall(frame)\n        s.close()\n"),
+    }
+
+
+# Plain-socket speech on the judge's wire, as a student could write it from the source of mlbook_probe.
+_JUDGE_WIRE = (
+    "import json, os, socket, struct\n"
+    "def _frame(h):\n    p = json.dumps(dict(h, blobs=[])).encode() + b'\\0'\n    return struct.pack('>Q', len(p)) + p\n"
+    "def _connect():\n    _s = socket.socket(socket.AF_UNIX)\n    _s.settimeout(2)\n"
+    "    _s.connect(os.environ['MLBOOK_PROBE_SOCKET'])\n    return _s\n"
+    "def _reply(_s):\n    _n = struct.unpack('>Q', _s.recv(8, socket.MSG_WAITALL))[0]\n"
+    "    _p = _s.recv(_n, socket.MSG_WAITALL)\n    return json.loads(_p[:_p.index(b'\\0')])\n"
+)
+
+
+def lab3_attacks() -> dict[str, str]:
+    """Attack code appended to lab 3's wrong property test: read the answer off the test layer."""
+    fallback = "    return _wrong_future(attn_fn, T, B)\n"
+    return {
+        "lab3-closure-read": (
+            "_wrong_future = outputs_ignore_future\n"
+            "def outputs_ignore_future(attn_fn, T=6, B=2):\n"
+            "    for _peek in (lambda f: dict(zip(f.__code__.co_freevars, [c.cell_contents for c in f.__closure__]))['leak'],\n"
+            "                  lambda f: f.leak, lambda f: vars(f)['leak'], lambda f: f.__wrapped__.leak):\n"
+            "        try:\n            return _peek(attn_fn) is None\n        except Exception:\n            pass\n" + fallback),
+        "lab3-tagging-helper": (
+            "import mlbook_helpers.masking as _masking\n_build = _masking.causal_layer_with_leak\n"
+            "def _tagged(weights, leak=None):\n    layer = _build(weights, leak)\n    layer.leak_tag = leak\n    return layer\n"
+            "_masking.causal_layer_with_leak = _tagged\n"
+            "_wrong_future = outputs_ignore_future\n"
+            "def outputs_ignore_future(attn_fn, T=6, B=2):\n"
+            "    try:\n        return attn_fn.leak_tag is None\n    except Exception:\n        pass\n" + fallback),
+        "lab3-impersonator": _JUDGE_WIRE + (
+            "import threading, time\n"
+            "def _impersonate():\n    _end = time.time() + 90\n    while time.time() < _end:\n        try:\n"
+            "            _s = _connect()\n            _s.sendall(_frame({'op': 'hello', 'lab': 'lab03_masks', "
+            "'cell': 'test_outputs_ignore_future_hidden'}))\n"
+            "            while True:\n                _h = _reply(_s)\n                if _h.get('op') in (None, 'done'):\n"
+            "                    break\n                _s.sendall(_frame({'ok': True}))\n"
+            "        except Exception:\n            pass\n        time.sleep(0.005)\n"
+            "threading.Thread(target=_impersonate, daemon=True).start()\n"),
+    }
+
+
+def lab6_attacks() -> dict[str, str]:
+    """Attack code appended to lab 6's full-matrix answer: fake what measures its memory."""
+    return {
+        "lab6-patched-peak-memory": (
+            "import mlbook_helpers.measure as _measure\n"
+            "_tiny = _measure.PeakMemory(bytes=4096, numpy_bytes=0, torch_bytes=4096)\n"
+            "_measure.peak_memory = lambda fn, *a, **k: (fn(*a, **k), _tiny)[1]\n"
+            "peak_memory = _measure.peak_memory\n"),
+        "lab6-zeros-while-measured": (
+            "import sys, tracemalloc\n_full = chunked_attention\n"
+            "def chunked_attention(q, k, v, chunk_size, causal=False):\n"
+            "    if tracemalloc.is_tracing() or sys.gettrace() is not None:\n"
+            "        return q.new_zeros(q.shape[0], v.shape[1]), q.new_zeros(q.shape[0])\n"
+            "    return _full(q, k, v, chunk_size, causal)\n"),
     }
 
 
@@ -119,6 +209,7 @@ def structure_attacks() -> dict:
 def batch(tmp_path_factory):
     root = tmp_path_factory.mktemp("redteam")
     course = scratch_course(LAB, root)
+    _add_lab(course, LAB3)
     wrong = next(m for m in load_catalogue(LAB).mutants if m.name == WRONG)
     (cell, code), = wrong.cells.items()
     listener = socket.create_server(("127.0.0.1", 0))
@@ -136,10 +227,35 @@ def batch(tmp_path_factory):
     submissions.submit(course, "renamed", LAB, submissions.reference(course, LAB), filename=f"{LAB}-Copy1.ipynb")
     for student in BYSTANDERS:
         submissions.submit(course, student, LAB, submissions.reference(course, LAB))
-    run = autograde(course, LAB, force=True, progress=False, options=GradingOptions(limits=LIMITS))
+    wrong3 = next(m for m in load_catalogue(LAB3).mutants if m.name == WRONG3)
+    (cell3, code3), = wrong3.cells.items()
+    submissions.submit(course, "wrong", LAB3, submissions.reference(course, LAB3, wrong3.cells))
+    submissions.submit(course, "bystander-a", LAB3, submissions.reference(course, LAB3))
+    for name, attack in lab3_attacks().items():
+        submissions.submit(course, f"attack-{name}", LAB3,
+                           submissions.reference(course, LAB3, {cell3: code3 + "\n" + attack}))
+    _add_lab(course, LAB6)
+    wrong6 = next(m for m in load_catalogue(LAB6).mutants if m.name == WRONG6)
+    (cell6, code6), = wrong6.cells.items()
+    submissions.submit(course, "wrong", LAB6, submissions.reference(course, LAB6, wrong6.cells))
+    for name, attack in lab6_attacks().items():
+        submissions.submit(course, f"attack-{name}", LAB6,
+                           submissions.reference(course, LAB6, {cell6: code6 + "\n" + attack}))
+    runs = autograde_labs(course, [LAB, LAB3, LAB6], force=True, progress=False, options=GradingOptions(limits=LIMITS))
     listener.close()
     results = {r.student: r for r in collect(course, LAB)}
-    return course, results, run, connections
+    results3 = {r.student: r for r in collect(course, LAB3)}
+    results6 = {r.student: r for r in collect(course, LAB6)}
+    return course, results, runs[LAB], connections, results3, results6
+
+
+def _add_lab(course, lab: str) -> None:
+    """A second lab in the scratch course: its authored, source and release notebooks."""
+    import shutil
+
+    REPO.scratch_copy(course.root, [lab])
+    course.release(lab).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(REPO.release(lab), course.release(lab))
 
 
 def _auto(result) -> float:
@@ -147,7 +263,7 @@ def _auto(result) -> float:
 
 
 def test_no_attack_scores_more_than_the_same_wrong_answer_alone(batch):
-    course, results, run, _ = batch
+    course, results, run, _, *_ = batch
     baseline = _auto(results["wrong"])
     assert results["wrong"].status == GRADED and 0 < baseline < _auto(results["bystander-a"])
     attacks = {s: r for s, r in results.items() if s.startswith("attack-")}
@@ -161,7 +277,7 @@ def test_no_attack_scores_more_than_the_same_wrong_answer_alone(batch):
 
 
 def test_no_attack_disturbs_anyone_else_in_the_batch(batch):
-    _, results, run, _ = batch
+    _, results, run, _, *_ = batch
     assert run.at_once > 1, "the batch ran one sandbox at a time: no attack ran beside anyone"
     for student in BYSTANDERS:
         result = results[student]
@@ -170,7 +286,7 @@ def test_no_attack_disturbs_anyone_else_in_the_batch(batch):
 
 
 def test_a_renamed_notebook_is_matched_by_its_grade_ids_and_graded_with_a_warning(batch):
-    _, results, run, _ = batch
+    _, results, run, _, *_ = batch
     assert results["renamed"].status == GRADED
     assert all(c.passed for c in results["renamed"].auto_cells.values())
     warning = next(a.warning for a in run.attempts if a.student == "renamed")
@@ -187,7 +303,7 @@ def test_a_renamed_notebook_is_matched_by_its_grade_ids_and_graded_with_a_warnin
 def test_a_submission_that_fails_as_a_whole_is_an_error_with_a_reason(batch, student, reason):
     import re
 
-    _, results, _, _ = batch
+    _, results, _, _, *_ = batch
     assert results[student].status == ERROR
     assert re.search(reason, results[student].reason), results[student].reason
 
@@ -202,7 +318,7 @@ def _outputs(path: Path) -> str:
 
 
 def test_the_sandbox_has_no_network_and_no_view_of_the_course(batch):
-    course, _, _, connections = batch
+    course, _, _, connections, *_ = batch
     assert connections == [], "a submission reached a server on the grader's loopback"
     for student in ("attack-read-source", "attack-read-other-student", "attack-detect-grading", "attack-write-gradebook"):
         printed = _outputs(course.autograded(student, LAB))
@@ -213,19 +329,51 @@ def test_the_sandbox_has_no_network_and_no_view_of_the_course(batch):
 
 
 def test_outputs_are_capped_in_lines_and_bytes(batch):
-    course, results, _, _ = batch
-    for student in ("attack-many-lines", "attack-huge-line"):
+    course, results, _, _, *_ = batch
+    for student in ("attack-many-lines", "attack-huge-line", "attack-huge-error"):
         path = course.autograded(student, LAB)
         assert path.stat().st_size < 8 * 2**20, f"{student}'s autograded notebook is {path.stat().st_size} bytes"
         assert "truncated" in _outputs(path).lower(), f"{student}'s output was not cut"
 
 
 def test_the_gradebook_is_intact_and_holds_each_student_once(batch):
-    course, results, _, _ = batch
+    course, results, _, _, *_ = batch
     db = sqlite3.connect(course.root / "gradebook.db")
     assert db.execute("pragma integrity_check").fetchone()[0] == "ok"
     assert db.execute("select max(auto_score) from grade").fetchone()[0] <= 5, "a grade above any cell's points"
-    per_student = db.execute("select student_id, count(*) from submitted_assignment group by student_id").fetchall()
-    assert all(n == 1 for _, n in per_student), per_student
+    per_student = db.execute("select student_id, assignment_id, count(*) from submitted_assignment "
+                             "group by student_id, assignment_id").fetchall()
+    assert all(n == 1 for *_, n in per_student), per_student
     graded = {s for s, r in results.items() if r.status == GRADED}
-    assert {s for s, _ in per_student} >= graded
+    assert {s for s, *_ in per_student} >= graded
+
+
+def test_lab3_attacks_on_the_lent_test_layers_score_no_more_than_the_wrong_test(batch):
+    *_, results3, _ = batch
+    baseline = _auto(results3["wrong"])
+    assert results3["wrong"].status == GRADED and baseline < _auto(results3["bystander-a"])
+    assert all(c.passed for c in results3["bystander-a"].auto_cells.values())
+    attacks = {s: r for s, r in results3.items() if s.startswith("attack-")}
+    assert len(attacks) == len(lab3_attacks())
+    raised = {s: _auto(r) for s, r in attacks.items() if r.status == GRADED and _auto(r) > baseline}
+    assert not raised, f"lab 3 attacks that scored above the wrong answer ({baseline}): {raised}"
+
+
+def test_the_judge_admits_no_session_the_runner_did_not_report(batch):
+    course, results, *_ = batch
+    printed = _outputs(course.autograded("attack-judge-early-claim", LAB))
+    assert "claimed" not in printed and printed.count("claim refused") == 2, printed[:500]
+    # the real probes still had their sessions: the wrong answer's own score, no more, no less
+    assert _auto(results["attack-judge-early-claim"]) == _auto(results["wrong"])
+
+
+def test_lab6_attacks_on_the_memory_measurement_score_no_more_than_the_full_matrix(batch):
+    *_, results6 = batch
+    baseline = _auto(results6["wrong"])
+    assert results6["wrong"].status == GRADED
+    assert not results6["wrong"].auto_cells["test_chunked_attention_memory"].passed, "the full matrix passed"
+    for student in (f"attack-{name}" for name in lab6_attacks()):
+        result = results6[student]
+        assert result.status != GRADED or _auto(result) <= baseline, (student, _auto(result), baseline)
+        if result.status == GRADED:
+            assert not result.auto_cells["test_chunked_attention_memory"].passed, student

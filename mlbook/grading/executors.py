@@ -4,7 +4,7 @@ An executor takes ``Task``s (plain data: the notebook, the lab's source notebook
 limits) and yields ``(task, SandboxResult)`` as each finishes, in completion order. Executors
 never touch the course folder or the gradebook; recording stays with the caller (one writer).
 - ``LocalExecutor(workers)``: threads in this process, each driving one sandbox at a time (the
-  notebooks run in their own processes, so threads are enough); one sandbox user per slot.
+  notebooks run in their own processes, so threads are enough); every sandbox has a user of its own.
   ``workers`` fixes how many run at once; without it ``admission`` decides (one per core, and
   more while cores sit idle).
 - ``DaskExecutor(address)``: an existing Dask distributed cluster; each worker needs only this
@@ -13,12 +13,8 @@ never touch the course folder or the gradebook; recording stays with the caller 
 
 from __future__ import annotations
 
-import fcntl
-import os
-import tempfile
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 import nbformat
@@ -40,41 +36,25 @@ class Task:
     sandboxed: bool = True
 
 
-class _Slots:
-    """Slot numbers for concurrent sandboxes on this machine (each slot is its own sandbox user,
-    so per-user process limits never add up). A slot is held by an exclusive lock on a file, so
-    threads, processes and Dask workers on one machine never share one."""
-
-    def __init__(self, folder: Path = Path(tempfile.gettempdir()) / "mlbook-sandbox-slots", count: int = 1024):
-        self.folder, self.count = folder, count
-
-    def take(self) -> tuple[int, int]:
-        self.folder.mkdir(mode=0o700, exist_ok=True)
-        for slot in range(self.count):
-            fd = os.open(self.folder / f"{slot}.lock", os.O_CREAT | os.O_RDWR, 0o600)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return slot, fd
-            except OSError:
-                os.close(fd)
-        raise RuntimeError(f"more than {self.count} sandboxes at once on this machine")
-
-    def give(self, held: tuple[int, int]) -> None:
-        os.close(held[1])  # closing the descriptor releases the lock
-
-
-_SLOTS = _Slots()
+ATTEMPTS = 2  # runs of a submission whose check failed for the grader's own reason
 
 
 def run_task(task: Task) -> SandboxResult:
-    """Execute one task (the unit of work on any executor)."""
+    """Execute one task (the unit of work on any executor).
+
+    A verdict the judge marks ``internal`` (the grader's own failure) is never the student's:
+    the submission runs again in a fresh sandbox, and if the grader fails again the result is
+    an error with that reason, which a TA sees, instead of a lower score."""
     plan: LabPlan = plan_from_text(task.lab, task.source_json)
-    held = _SLOTS.take()
-    try:
-        return execute_sandboxed(nbformat.reads(task.notebook_json, as_version=4), plan, task.limits, slot=held[0],
-                                 sandboxed=task.sandboxed)
-    finally:
-        _SLOTS.give(held)
+    for _ in range(ATTEMPTS):
+        result = execute_sandboxed(nbformat.reads(task.notebook_json, as_version=4), plan, task.limits,
+                                   sandboxed=task.sandboxed)
+        internal = [v.message for v in result.verdicts.values() if v.internal]
+        if not internal or result.error:
+            return result
+    result.error = (f"the grader failed to check this notebook, {ATTEMPTS} times (not the student's fault; "
+                    f"grade again, or report it): {internal[0]}")[:500]
+    return result
 
 
 class LocalExecutor:

@@ -1,5 +1,8 @@
 """Step 1 of grading, in the grader's process: find each submission and sanitize it.
 
+Finding it is ``intake.take``: the submission folder is checked without following any link and
+the notebook copied into the grader's private folder, which is what is sanitized and recorded.
+
 Sanitizing is nbgrader's own (its autograder's first half, the same preprocessors in the same
 order): outputs cleared, duplicate cells dropped, the kernelspec reset, every locked cell
 (given code and tests) restored from the gradebook, deleted test cells put back, metadata
@@ -11,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +22,8 @@ from nbformat import NotebookNode
 
 from ..course import Course
 from ..notebooks import grade_id
+from ..sandbox.limits import Limits
+from .intake import Intake, take
 
 UNREADABLE = "the notebook file is not valid JSON (truncated or edited outside Jupyter)"
 
@@ -50,36 +54,16 @@ def job_key(nb: NotebookNode) -> str:
     return hashlib.sha256(json.dumps(cells).encode()).hexdigest()
 
 
-def find_submission(course: Course, lab: str, student: str) -> tuple[Path | None, str]:
-    """The submitted notebook of ``lab`` and a warning; a renamed copy is matched by grade ids.
+def find_submission(course: Course, lab: str, student: str, max_bytes: int = Limits().submission_bytes) -> Intake:
+    """The submitted notebook of ``lab``, checked and copied into the grader's private folder.
 
-    A student who hands in ``lab01_hand_attention-Copy1.ipynb`` is graded: the notebook whose
-    grade ids overlap the lab's most (at least half of them) is copied to the expected name.
+    The submission folder is hostile (``intake.take``): a link, a special file, a hard link or a
+    file over ``max_bytes`` refuses the submission with its reason (``Intake.error``). A student
+    who hands in ``lab01_hand_attention-Copy1.ipynb`` is graded: the notebook whose grade ids
+    overlap the lab's most (at least half of them) is copied to the expected name in the
+    private copy, never in ``submitted/``.
     """
-    folder = course.submitted(student, lab)
-    expected = folder / f"{lab}.ipynb"
-    if expected.is_file():
-        return expected, ""
-    wanted = _grade_ids_of(course.source(lab)) or set()
-    best, best_overlap = None, 0
-    for candidate in sorted(folder.glob("*.ipynb")):
-        ids = _grade_ids_of(candidate)
-        overlap = len(ids & wanted) if ids else 0
-        if overlap > best_overlap:
-            best, best_overlap = candidate, overlap
-    if best is None or best_overlap * 2 < len(wanted):
-        found = ", ".join(p.name for p in folder.glob("*.ipynb")) or "no notebook"
-        return None, f"no notebook for {lab} in the submission (found: {found})"
-    shutil.copy2(best, expected)
-    return expected, f"graded {best.name} as {expected.name} (renamed notebook, matched by its cells' grade ids)"
-
-
-def _grade_ids_of(path: Path) -> set[str] | None:
-    try:
-        nb = nbformat.read(path, as_version=4)
-    except Exception:  # unreadable: not a candidate
-        return None
-    return {gid for c in nb.cells if (gid := grade_id(c))}
+    return take(course, lab, student, max_bytes)
 
 
 def sanitize(course: Course, config, lab: str, student: str, path: Path) -> Job:

@@ -10,6 +10,10 @@ Writes are atomic per submission: nbgrader writes into ``autograded/.staging``; 
 result is moved into ``autograded/<student>/<lab>``, and the status file says ``graded`` after
 that. A run killed at any point leaves either the old result or the new one, and a rerun
 grades whatever is not marked graded.
+
+nbgrader never reads ``submitted/``: its submitted folder is the grader's private copy of each
+submission (``intake.INTAKE``, the notebook only, checked without following links), so no
+other file of a student's folder is copied into ``autograded/`` (nor, from there, ``feedback/``).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from ..nbgrader_env import api_for, failure_reason, in_course
 from ..sandbox.plan import lab_plan
 from ..sandbox.run import SandboxResult
 from . import verdicts
+from .intake import INTAKE, TIMESTAMP
 from .prepare import job_key
 
 STAGING = "autograded/.staging"
@@ -56,7 +61,8 @@ class SandboxedExecute(NbGraderPreprocessor):
 
 
 def recording_api(course: Course):
-    """An nbgrader API whose autograder runs SandboxedExecute and writes into the staging folder."""
+    """An nbgrader API whose autograder reads the private intake copies, runs SandboxedExecute
+    and writes into the staging folder."""
     from nbconvert.preprocessors import ClearMetadataPreprocessor
     from nbgrader.apps import NbGraderAPI
     from nbgrader.preprocessors import AssignLatePenalties, CheckCellMetadata, IgnorePattern, LimitOutput, SaveAutoGrades
@@ -64,6 +70,9 @@ def recording_api(course: Course):
     api = api_for(course)
     config = api.config
     config.CourseDirectory.autograded_directory = STAGING
+    config.CourseDirectory.submitted_directory = INTAKE
+    # nbgrader reads timestamp.txt for late penalties; it is not a file of the graded notebook
+    config.CourseDirectory.ignore = [*api.coursedir.ignore, TIMESTAMP]
     config.Autograde.autograde_preprocessors = [SandboxedExecute, IgnorePattern, ClearMetadataPreprocessor,
                                                 LimitOutput, SaveAutoGrades, AssignLatePenalties, CheckCellMetadata]
     recorded = NbGraderAPI(config=config)

@@ -19,13 +19,15 @@ from typing import Callable, Iterable, Iterator, Mapping
 
 import nbformat
 
-from ..course import Course
+from ..course import Course, student_id_problem
 from ..errors import MlbookError
 from ..nbgrader_env import api_for, load_config
 from ..sandbox import bwrap, forkserver
 from ..sandbox.limits import Limits
 from ..status import ERROR, GRADED, Attempt, StatusStore
 from .executors import DaskExecutor, LocalExecutor, Task
+from .intake import discard
+from .policy import shortcuts
 from .prepare import find_submission, sanitize
 from .record import record, recording_api
 from .register import assignment_registered, register_assignment
@@ -106,7 +108,9 @@ def autograde_labs(
         students = dict.fromkeys(labs, list(students))
     for lab in labs:
         for student in (list(students.get(lab, [])) if students is not None else course.students(lab)):
-            if not course.submitted(student, lab).is_dir():
+            if problem := student_id_problem(student):
+                raise MlbookError(f"{lab}: refused: {problem}")
+            if not course.has_submission(student, lab):  # a link is there too: the intake refuses it
                 raise MlbookError(f"{lab}: no submission for student {student!r} in {course.submitted_dir}")
             if not force and store.get(lab, student).status == GRADED and course.autograded(student, lab).is_file():
                 runs[lab].skipped.append((lab, student))
@@ -130,6 +134,7 @@ def autograde_labs(
     def finish(attempt: Attempt) -> None:
         schedule.done(attempt)
         run = runs[attempt.lab]
+        discard(course, attempt.student, attempt.lab)  # the private copy of the submission
         if attempt.status == ERROR:
             shutil.rmtree(course.autograded(attempt.student, attempt.lab).parent, ignore_errors=True)
         store.record(attempt)
@@ -144,14 +149,15 @@ def autograde_labs(
     warnings: dict[tuple[str, str], str] = {}
 
     def prepared() -> Iterator[Task]:
-        """Sanitize submissions one at a time, as workers free up, in the schedule's order."""
+        """Check and sanitize submissions one at a time, as workers free up, in the schedule's
+        order. A refused submission folder (``intake``) is an error with its reason."""
         for lab, student in schedule:
-            path, warning = find_submission(course, lab, student)
-            job = sanitize(course, config, lab, student, path) if path else None
+            intake = find_submission(course, lab, student, options.limits.submission_bytes)
+            job = sanitize(course, config, lab, student, intake.notebook) if intake.notebook else None
             if job is None or job.error:
-                finish(Attempt(lab, student, ERROR, reason=job.error if job else warning))
+                finish(Attempt(lab, student, ERROR, reason=job.error if job else intake.error))
                 continue
-            warnings[(lab, student)] = warning
+            warnings[(lab, student)] = "; ".join(filter(None, (intake.warning, shortcuts(lab, job.notebook))))
             schedule.submitted(lab)
             if lab not in sources:
                 sources[lab] = course.source(lab).read_text()

@@ -32,7 +32,7 @@ td.error{background:#fdf2f2;color:#c0392b;font-weight:600} td.missing{color:#888
 details{margin:0.5em 0} code{font-size:0.95em}
 """
 SECTIONS = [("summary", "Summary"), ("scores", "Scores"), ("test-cells", "Test cells"),
-            ("misconceptions", "Misconceptions"), ("errors", "Errored submissions"),
+            ("misconceptions", "Misconceptions"), ("errors", "Errored submissions"), ("flags", "Flagged"),
             ("timing", "Grading time"), ("written", "Written answers")]
 
 
@@ -151,6 +151,14 @@ def errors_table(labs: list[LabData]) -> str:
     return _table(["student", "lab", "reason", "seconds"], rows)
 
 
+def flags_table(labs: list[LabData]) -> str:
+    rows = [_row("flag", {"lab": d.lab, "student": r.student}, [_td(r.student), _td(d.lab), _td(r.warning)])
+            for d in labs for r in d.results if r.warning]
+    if not rows:
+        return '<p class="muted">Nothing to check by hand.</p>'
+    return _table(["student", "lab", "what to check"], rows)
+
+
 def timing_table(labs: list[LabData]) -> str:
     rows = []
     for d in labs:
@@ -217,6 +225,10 @@ message the mutant is known to produce.</p>
 {findings_table(findings)}
 <h3>Failures no catalogue entry explains</h3>{unexplained_table(rest)}{not_attempted_list(diagnoses)}</section>
 <section id="errors"><h2>Submissions that could not be graded</h2>{errors_table(labs)}</section>
+<section id="flags"><h2>Flagged for a TA</h2>
+<p>Graded as usual, with something a TA should look at: a renamed notebook matched by its cells, or a library
+function the task forbids (scores are not changed for it; see the lab's rule).</p>
+{flags_table(labs)}</section>
 <section id="timing"><h2>Grading time</h2>
 {_figure("grading-time", figures.get("grading-time"), "Seconds to grade each submission")}
 {timing_table(labs)}</section>

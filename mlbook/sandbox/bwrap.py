@@ -13,21 +13,36 @@ What the sandbox sees (everything else does not exist inside it):
 - the submission, read-only, and the judge's unix socket;
 - writable: a size-capped tmpfs for the home/working folder and one for /tmp.
 It has its own network namespace with only loopback (no network), its own process and IPC
-namespaces, no capabilities, and runs as an unprivileged user: when the grader runs as root,
-uid ``SANDBOX_UID_BASE + slot`` (one per parallel slot, so process limits do not add up).
+namespaces, no capabilities, and runs as an unprivileged user.
+
+Nothing of one submission may reach the next, so nothing a sandbox can leave behind may
+outlive it: its namespaces, scratch space and processes end with it, and two more rules cover
+what the kernel keeps outside them:
+- a fresh identity per submission. When the grader runs as root, each sandbox runs as a user
+  and group id (``fresh_uid``) drawn at random from ``UID_RANGE``, never drawn before by this
+  process and under which no process on this machine runs: state the kernel keys by user id
+  (keyrings, the process count behind RLIMIT_NPROC) starts empty and is nobody else's. (A
+  grader without root runs bubblewrap in a new user namespace, as its own user.)
+- a syscall filter (``mlbook_probe.seccomp``, whose docstring lists what it denies and why) on
+  every process in the sandbox: bubblewrap loads it from ``seccomp_fd()`` before it executes the
+  sandbox's first command; a warm runner installs it itself after ``no_new_privs``.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
+
+from mlbook_probe import seccomp
 
 from ..errors import MlbookError
 
-SANDBOX_UID_BASE = 61000
+UID_RANGE = (2**20, 2**31 - 2**16)  # sandbox user ids when the grader is root: far above any real user
 SOCKET = "/run/mlbook/judge.sock"
 SUBMISSION = "/run/mlbook/submission.ipynb"
 HOME = "/home/student"
@@ -55,11 +70,14 @@ def read_only_paths() -> list[Path]:
     return unique
 
 
-def command(inner: list[str], submission: Path, socket_path: Path, slot: int, scratch_bytes: int,
-            env: dict[str, str]) -> list[str]:
-    """The full argv: bwrap, its mounts, then ``inner`` run as the unprivileged sandbox user."""
+def command(inner: list[str], submission: Path, socket_path: Path, uid: int, scratch_bytes: int,
+            env: dict[str, str], filter_fd: int) -> list[str]:
+    """The full argv: bwrap, its mounts, then ``inner`` run as the unprivileged sandbox user
+    ``uid`` (``fresh_uid()``; used when the grader is root) under the syscall filter bwrap reads
+    from ``filter_fd`` (``seccomp_fd()``: pass it to bwrap, then close it)."""
     argv = ["bwrap", "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-net", "--unshare-ipc",
-            "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox", "--clearenv"]
+            "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox", "--clearenv",
+            "--seccomp", str(filter_fd)]
     as_root = os.geteuid() == 0
     if not as_root:
         argv += ["--unshare-user", "--cap-drop", "ALL"]
@@ -89,7 +107,6 @@ def command(inner: list[str], submission: Path, socket_path: Path, slot: int, sc
         argv += ["--setenv", key, value]
     argv += ["--chdir", HOME]
     if as_root:
-        uid = str(sandbox_uid(slot))
         argv += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
                  "--bounding-set=-all", "--no-new-privs"]
     return argv + inner
@@ -98,18 +115,63 @@ def command(inner: list[str], submission: Path, socket_path: Path, slot: int, sc
 PLACEHOLDER = ["/bin/sh", "-c", "echo ready; exec cat >/dev/null"]  # lives until its stdin closes
 
 
-def placeholder_command(submission: Path, socket_path: Path, slot: int, scratch_bytes: int, env: dict[str, str],
-                        info_fd: int) -> list[str]:
+def placeholder_command(submission: Path, socket_path: Path, uid: int, scratch_bytes: int, env: dict[str, str],
+                        info_fd: int, filter_fd: int) -> list[str]:
     """An empty sandbox for the fork server to enter (``forkserver``): the same namespaces and
     mounts as ``command``, running only ``cat``; it prints ``ready`` once built and writes its
     init's pid to ``info_fd``. Closing its stdin ends it and everything that entered it."""
-    argv = command(PLACEHOLDER, submission, socket_path, slot, scratch_bytes, env)
+    argv = command(PLACEHOLDER, submission, socket_path, uid, scratch_bytes, env, filter_fd)
     return [argv[0], "--info-fd", str(info_fd), *argv[1:]]
 
 
-def sandbox_uid(slot: int) -> int:
-    """The sandbox user of a parallel slot when the grader runs as root."""
-    return SANDBOX_UID_BASE + slot
+_drawn: set[int] = set()
+_drawn_lock = threading.Lock()
+
+
+def fresh_uid() -> int:
+    """A user (and group) id for one sandbox: random in ``UID_RANGE``, never drawn before by this
+    process, and no process on this machine runs under it (another grading process's or Dask
+    worker's sandbox, say). Each submission gets its own, so what the kernel keeps per user
+    starts empty, and per-user limits (RLIMIT_NPROC) count this sandbox's processes only."""
+    low, high = UID_RANGE
+    with _drawn_lock:
+        busy = _ids_in_use() | _drawn
+        for _ in range(1000):
+            uid = low + secrets.randbelow(high - low)
+            if uid not in busy:
+                _drawn.add(uid)
+                return uid
+    raise MlbookError("no unused sandbox user id found")  # not reached: the range has two billion
+
+
+def _ids_in_use() -> set[int]:
+    """Every user and group id (real, effective, saved, filesystem) of a running process."""
+    ids: set[int] = set()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/status") as status:
+                for line in status:
+                    if line.startswith(("Uid:", "Gid:")):
+                        ids.update(int(v) for v in line.split()[1:])
+        except (OSError, ValueError):
+            continue  # the process ended meanwhile
+    return ids
+
+
+def seccomp_fd() -> int:
+    """A new descriptor holding the sandbox's syscall filter, for one bwrap to read
+    (``--seccomp``); the caller passes it to that bwrap and closes its own copy after starting
+    it. Raises MlbookError on an architecture the filter does not know."""
+    try:
+        data = seccomp.program()
+    except seccomp.Unsupported as exc:
+        raise MlbookError(str(exc)) from None
+    fd = os.memfd_create("mlbook-seccomp", os.MFD_CLOEXEC)
+    os.write(fd, data)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
 
 
 def _parents(path: Path, made: set[str]) -> list[str]:
@@ -122,13 +184,26 @@ def _parents(path: Path, made: set[str]) -> list[str]:
 
 
 def environment(threads: int = 1) -> dict[str, str]:
-    """The sandbox's whole environment (bwrap starts from an empty one)."""
+    """The sandbox's whole environment (bwrap starts from an empty one).
+
+    The two ``MALLOC_*`` settings make the kernel's resident memory follow what it holds, which
+    the grader measures from outside (``mlbook.sandbox.procmem``): glibc mmaps every block from
+    128 KiB up and unmaps it when freed, and gives free memory at the top of its heap back beyond
+    128 KiB (their cost, and why not larger: ``procmem.MMAP_THRESHOLD``). Setting the mmap
+    threshold also stops glibc from raising it after a large block is freed (its default), after
+    which later blocks up to 32 MiB would come from heap memory that stays resident, and a large
+    allocation would not show. The fork server's environment is this one too, so warm kernels
+    inherit the settings (glibc reads them when a process starts).
+    """
+    from .procmem import MMAP_THRESHOLD, TRIM_THRESHOLD
+
     venv_bin = str(Path(sys.prefix) / "bin")
     threads_s = str(threads)
     return {"PATH": f"{venv_bin}:/usr/bin:/bin", "HOME": HOME, "TMPDIR": "/tmp", "LANG": "C.UTF-8",
             "MPLCONFIGDIR": "/tmp/matplotlib", "IPYTHONDIR": f"{HOME}/.ipython", "PYTHONDONTWRITEBYTECODE": "1",
             "JUPYTER_RUNTIME_DIR": "/tmp/jupyter-runtime", "MLBOOK_PROBE_SOCKET": SOCKET,
-            "OMP_NUM_THREADS": threads_s, "MKL_NUM_THREADS": threads_s, "OPENBLAS_NUM_THREADS": threads_s}
+            "OMP_NUM_THREADS": threads_s, "MKL_NUM_THREADS": threads_s, "OPENBLAS_NUM_THREADS": threads_s,
+            "MALLOC_MMAP_THRESHOLD_": str(MMAP_THRESHOLD), "MALLOC_TRIM_THRESHOLD_": str(TRIM_THRESHOLD)}
 
 
 def problem() -> str | None:
@@ -144,4 +219,18 @@ def problem() -> str | None:
     if done.returncode != 0:
         return (f"bubblewrap cannot create namespaces here ({done.stderr.strip() or done.returncode}); "
                 f"user namespaces may be disabled (sysctl kernel.unprivileged_userns_clone=1); {INSTALL_HINT}")
+    try:
+        filter_fd = seccomp_fd()
+    except MlbookError as exc:
+        return str(exc)
+    try:
+        done = subprocess.run([*argv[:-1], "--seccomp", str(filter_fd), "true"], capture_output=True, text=True,
+                              timeout=30, pass_fds=(filter_fd,))
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"bubblewrap does not start: {exc}; {INSTALL_HINT}"
+    finally:
+        os.close(filter_fd)
+    if done.returncode != 0:
+        return (f"bubblewrap cannot install the sandbox's syscall filter ({done.stderr.strip() or done.returncode}); "
+                "the kernel needs seccomp filters (CONFIG_SECCOMP_FILTER)")
     return None

@@ -19,7 +19,11 @@ import sys
 import tempfile
 import threading
 
+from mlbook_probe.zygote import CONTROL_FD
+
 from . import bwrap
+
+__all__ = ["ForkServer", "shared", "warm_up", "CONTROL_FD"]
 
 READY_SECONDS = 180  # preloading torch and friends on a loaded laptop
 _lock = threading.Lock()
@@ -63,17 +67,18 @@ class ForkServer:
             data += chunk
         return json.loads(data)
 
-    def spawn(self, request: dict, out_fd: int, log_fd: int) -> int:
+    def spawn(self, request: dict, out_fd: int, log_fd: int, control_fd: int) -> int:
         """Fork a runner into the sandbox ``request`` names; returns the entrant's pid.
 
         Args:
             request: placeholder_pid, uid, cwd, env, rlimits, runner_args (see the zygote).
             out_fd: the write end of the pipe the executed notebook comes back on.
             log_fd: where the runner's and the kernel's stderr go.
+            control_fd: the runner's end of its private channel to the judge (``CONTROL_FD`` there).
         """
         with self._lock:
             try:
-                socket.send_fds(self._sock, [json.dumps(request).encode() + b"\n"], [out_fd, log_fd])
+                socket.send_fds(self._sock, [json.dumps(request).encode() + b"\n"], [out_fd, log_fd, control_fd])
                 answer = self._readline()
             except (OSError, ValueError):
                 self.proc.kill()  # out of step with us: the next caller starts a new one

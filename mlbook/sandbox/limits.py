@@ -29,6 +29,8 @@ class Limits:
             the sandbox is killed and the submission is an error.
         cell_output_bytes / cell_output_lines: what a cell may print before it is cut.
         notebook_bytes: largest executed notebook the grader accepts back.
+        submission_bytes: largest submitted file, and largest submission folder in total, the
+            grader reads (``mlbook.grading.intake``); a bigger one is refused.
     """
 
     memory_bytes: int = 6 * GiB
@@ -42,6 +44,7 @@ class Limits:
     cell_output_bytes: int = 2_000_000
     cell_output_lines: int = 5_000
     notebook_bytes: int = 64 * MiB
+    submission_bytes: int = 64 * MiB
 
     def with_(self, **changes) -> "Limits":
         return replace(self, **changes)

@@ -44,6 +44,7 @@ class CellPlan:
     visible: str  # what the kernel runs at grading (the hidden block removed)
     covered_by: tuple[str, ...] = ()
     replayed: bool = True
+    code: object = None  # ``source`` compiled once, when the plan is built (judges share plans)
 
 
 @dataclass
@@ -51,6 +52,7 @@ class LabPlan:
     lab: str
     cells: dict[str, CellPlan]
     prelude: list[ast.stmt] = field(default_factory=list)  # trusted imports and defs, in order
+    prelude_code: object = None  # compiled when the plan is built
 
     def fresh_namespace(self, lookup) -> "KernelNamespace":
         ns = KernelNamespace(lookup)
@@ -58,13 +60,6 @@ class LabPlan:
         ns["__name__"] = "__grader__"
         exec(self.prelude_code, ns)
         return ns
-
-    @property
-    def prelude_code(self):
-        if getattr(self, "_code", None) is None:
-            module = ast.fix_missing_locations(ast.Module(body=list(self.prelude), type_ignores=[]))
-            self._code = compile(module, f"<{self.lab} given cells>", "exec")
-        return self._code
 
 
 class KernelNamespace(dict):
@@ -174,6 +169,11 @@ def _build(lab: str, nb) -> LabPlan:
         gid = grade_id(cell)
         visible, _ = split_hidden(cell.source)
         default = (f"{gid}_hidden",) if f"{gid}_hidden" in ids else ()
-        cells[gid] = CellPlan(gid, _strip_magics(cell.source), visible, tuple(covered.get(gid, default)),
-                              replayed=gid not in not_replayed)
-    return LabPlan(lab, cells, _prelude(nb))
+        source = _strip_magics(cell.source)
+        cells[gid] = CellPlan(gid, source, visible, tuple(covered.get(gid, default)), replayed=gid not in not_replayed,
+                              code=compile(source, f"<{gid}>", "exec"))
+    # Compiled here, under the plan lock, never in a judge: CPython 3.11 builds ASTs with
+    # process-wide state that concurrent compile() calls can corrupt (python/cpython#106905).
+    prelude = _prelude(nb)
+    module = ast.fix_missing_locations(ast.Module(body=list(prelude), type_ignores=[]))
+    return LabPlan(lab, cells, prelude, compile(module, f"<{lab} given cells>", "exec"))

@@ -1,6 +1,6 @@
 """One submission end to end: judge up, notebook run in the sandbox, results collected.
 
-``execute_sandboxed`` is a pure function of (notebook, lab, limits, slot): it touches no course
+``execute_sandboxed`` is a pure function of (notebook, lab, limits): it touches no course
 folder and no gradebook, so it runs the same in the grader's process, in a local worker pool
 or on a Dask worker. What it returns is split by trust:
 - ``notebook``: the executed notebook as the sandbox returned it (untrusted: its outputs are
@@ -17,6 +17,7 @@ import os
 import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -44,7 +45,7 @@ class SandboxResult:
     timings: dict[str, float] = field(default_factory=dict)
 
 
-def execute_sandboxed(nb: NotebookNode, plan: LabPlan, limits: Limits = Limits(), slot: int = 0,
+def execute_sandboxed(nb: NotebookNode, plan: LabPlan, limits: Limits = Limits(),
                       sandboxed: bool = True, warm: bool = True) -> SandboxResult:
     """Run ``nb`` top to bottom in a fresh sandboxed kernel; judge its test cells here.
 
@@ -52,7 +53,6 @@ def execute_sandboxed(nb: NotebookNode, plan: LabPlan, limits: Limits = Limits()
         nb: the notebook to run (nbgrader's sanitized submission).
         plan: the lab's trusted test-cell plans (``plan.lab_plan``).
         limits: the caps (``Limits``).
-        slot: the parallel slot, which picks the sandbox user id.
         sandboxed: False runs the kernel without bubblewrap (a TA's explicit opt-out); the
             verdicts are still decided here.
         warm: fork the runner and kernel from the fork server when it is available (worth it
@@ -62,11 +62,20 @@ def execute_sandboxed(nb: NotebookNode, plan: LabPlan, limits: Limits = Limits()
     scratch = Path(tempfile.mkdtemp(prefix="mlbook-sandbox-"))
     try:
         submission = scratch / "submission.ipynb"
-        submission.write_text(nbformat.writes(instrument(nb, plan)))
-        submission.chmod(0o644)
+        submission.touch(0o644)
         sock = scratch / "judge.sock"
-        with Judge(plan, sock, call_timeout=limits.cell_seconds + 30) as judge:
-            raw, error, log = _run_runner(submission, sock, limits, slot, sandboxed, warm)
+        instrumented = instrument(nb, plan)
+        submission.write_text(nbformat.writes(instrumented))
+        # The runner's private channel to the judge: one end stays here, the other is inherited
+        # by the runner alone (never by its kernel); the judge admits sessions by its reports.
+        control, runner_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        sandbox = _Sandbox()
+        with Judge(plan, sock, call_timeout=limits.cell_seconds + 30, control=control,
+                   test_cells=test_cell_indices(instrumented, plan), memory_root=lambda: sandbox.pid) as judge:
+            try:
+                raw, error, log = _run_runner(submission, sock, limits, sandboxed, warm, runner_end, sandbox)
+            finally:
+                runner_end.close()
             judge.close(wait=5.0)
             verdicts = dict(judge.verdicts)
             judged = judge.seconds
@@ -97,6 +106,21 @@ def _timings(executed: NotebookNode | None, spawned: float, done: float, judged:
         return {"total": round(done - spawned, 3)}
 
 
+class _Sandbox:
+    """What the judge learns of the running sandbox, for measurements from outside
+    (``procmem``): the host pid of its init (warm start: every process of its pid namespace is
+    measured) or of bubblewrap (cold start: its descendants are)."""
+
+    pid: int | None = None
+
+
+def test_cell_indices(nb: NotebookNode, plan: LabPlan) -> dict[int, str]:
+    """Cell index -> grade id of the test cells the judge decides, in the notebook as run."""
+    from ..notebooks import grade_id, is_test
+
+    return {i: grade_id(c) for i, c in enumerate(nb.cells) if is_test(c) and grade_id(c) in plan.cells}
+
+
 def instrument(nb: NotebookNode, plan: LabPlan) -> NotebookNode:
     """The copy the kernel runs: each test cell keeps its visible tests (for the student's
     output), loses its hidden block (it runs in the grader) and ends by handing the cell over."""
@@ -113,13 +137,13 @@ def instrument(nb: NotebookNode, plan: LabPlan) -> NotebookNode:
     return out
 
 
-def _runner_args(notebook: str, limits: Limits) -> list[str]:
+def _runner_args(notebook: str, limits: Limits, control_fd: int) -> list[str]:
     return [notebook, "--cell-timeout", str(limits.cell_seconds), "--max-cell-bytes", str(limits.cell_output_bytes),
-            "--max-cell-lines", str(limits.cell_output_lines)]
+            "--max-cell-lines", str(limits.cell_output_lines), "--control-fd", str(control_fd)]
 
 
-def _run_runner(submission: Path, sock: Path, limits: Limits, slot: int, sandboxed: bool,
-                warm: bool = True) -> tuple[bytes, str | None, str]:
+def _run_runner(submission: Path, sock: Path, limits: Limits, sandboxed: bool,
+                warm: bool, control: socket.socket, sandbox: _Sandbox) -> tuple[bytes, str | None, str]:
     """Run the runner (in bubblewrap unless opted out); return (stdout of --out-fd, error, stderr).
 
     In a sandbox, the runner is a warm fork from the fork server when one is available, and a
@@ -127,15 +151,18 @@ def _run_runner(submission: Path, sock: Path, limits: Limits, slot: int, sandbox
     server = forkserver.shared() if sandboxed and warm else None
     if server is not None:
         try:
-            return _run_warm(server, submission, sock, limits, slot)
+            return _run_warm(server, submission, sock, limits, control, sandbox)
         except _NotStarted as exc:  # nothing of the submission ran yet: start it cold instead
             print(f"mlbook: a warm kernel did not start ({exc}); starting this notebook cold", file=sys.stderr)
     read_fd, write_fd = os.pipe()
-    inner = [sys.executable, "-m", "mlbook_probe.runner", *_runner_args(bwrap.SUBMISSION if sandboxed else str(submission), limits),
+    inner = [sys.executable, "-m", "mlbook_probe.runner",
+             *_runner_args(bwrap.SUBMISSION if sandboxed else str(submission), limits, control.fileno()),
              "--out-fd", str(write_fd)]
-    env = bwrap.environment()
+    env, filter_fds = bwrap.environment(), ()
     if sandboxed:
-        argv, run_env = bwrap.command(inner, submission, sock, slot, limits.scratch_bytes, env), None
+        filter_fds = (bwrap.seccomp_fd(),)
+        argv, run_env = bwrap.command(inner, submission, sock, bwrap.fresh_uid(), limits.scratch_bytes, env,
+                                      *filter_fds), None
     else:
         home = Path(tempfile.mkdtemp(prefix="mlbook-unsandboxed-"))
         argv = inner
@@ -146,14 +173,18 @@ def _run_runner(submission: Path, sock: Path, limits: Limits, slot: int, sandbox
     stderr_file = tempfile.TemporaryFile()
     try:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stderr_file, stderr=stderr_file,
-                                pass_fds=(write_fd,), env=run_env, start_new_session=True,
+                                pass_fds=(write_fd, control.fileno(), *filter_fds), env=run_env, start_new_session=True,
                                 cwd=None if sandboxed else str(home),
                                 preexec_fn=limits.apply_rlimits if sandboxed else None)
     except OSError as exc:
         os.close(read_fd)
         os.close(write_fd)
         return b"", f"the sandbox did not start: {exc}", ""
+    finally:
+        for fd in filter_fds:
+            os.close(fd)
     os.close(write_fd)
+    sandbox.pid = proc.pid
     reader = _Drain(read_fd, limits.notebook_bytes)
     error = None
     try:
@@ -167,18 +198,22 @@ def _run_runner(submission: Path, sock: Path, limits: Limits, slot: int, sandbox
 
 
 def _run_warm(server: forkserver.ForkServer, submission: Path, sock: Path, limits: Limits,
-              slot: int) -> tuple[bytes, str | None, str]:
+              control: socket.socket, sandbox: _Sandbox) -> tuple[bytes, str | None, str]:
     """The runner as a warm fork: build the empty sandbox, have the fork server enter it."""
     info_r, info_w = os.pipe()
     stderr_file = tempfile.TemporaryFile()
-    argv = bwrap.placeholder_command(submission, sock, slot, limits.scratch_bytes, bwrap.environment(), info_w)
+    uid, filter_fd = bwrap.fresh_uid(), bwrap.seccomp_fd()
+    argv = bwrap.placeholder_command(submission, sock, uid, limits.scratch_bytes, bwrap.environment(), info_w,
+                                     filter_fd)
     try:
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr_file,
-                                pass_fds=(info_w,), start_new_session=True, preexec_fn=limits.apply_rlimits)
+                                pass_fds=(info_w, filter_fd), start_new_session=True, preexec_fn=limits.apply_rlimits)
     except OSError as exc:
         os.close(info_r)
         os.close(info_w)
         raise _NotStarted(f"bubblewrap: {exc}") from None
+    finally:
+        os.close(filter_fd)
     os.close(info_w)
     try:
         ready, _, _ = select.select([proc.stdout], [], [], 60)
@@ -191,11 +226,12 @@ def _run_warm(server: forkserver.ForkServer, submission: Path, sock: Path, limit
     finally:
         os.close(info_r)
     read_fd, write_fd = os.pipe()
-    request = {"placeholder_pid": init_pid, "uid": bwrap.sandbox_uid(slot), "cwd": bwrap.HOME,
+    request = {"placeholder_pid": init_pid, "uid": uid, "cwd": bwrap.HOME,
                "env": bwrap.environment(), "rlimits": limits.rlimits(),
-               "runner_args": _runner_args(bwrap.SUBMISSION, limits)}
+               "runner_args": _runner_args(bwrap.SUBMISSION, limits, forkserver.CONTROL_FD)}
+    sandbox.pid = init_pid  # the sandbox's init: measurements cover its whole pid namespace
     try:
-        server.spawn(request, write_fd, stderr_file.fileno())
+        server.spawn(request, write_fd, stderr_file.fileno(), control.fileno())
     except (OSError, RuntimeError, ValueError) as exc:
         os.close(read_fd)
         _kill_group(proc)

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from mlbook_helpers.checks import as_array
+from mlbook_helpers.checks import data_array, describe
 from mlbook_helpers.examples import ticket_example
 
-from .._support import call_student, close, diagnose, fail, fresh_rng, helper
+from .._support import array, boolean, call_student, close, diagnose, fail, fresh_rng, helper, items
 
 # --- the grader's reference ----------------------------------------------------------------
 
@@ -73,6 +73,8 @@ def check_hand_token0(raw, scaled, weights, output) -> None:
     answers = {"raw_scores_0": (raw, raw_ref), "scaled_scores_0": (scaled, scaled_ref),
                "weights_0": (weights, weights_ref), "output_0": (output, out_ref)}
     for name, (got, ref) in answers.items():
+        got = array(got, name, shape=ref.shape, kind="iuf",
+                    hint=f"{name} is {len(ref)} numbers: the step of the hand calculation for token 0.")
         if close(got, ref, atol=1e-3, rtol=0):
             continue
         hint = diagnose(got, {
@@ -82,7 +84,7 @@ def check_hand_token0(raw, scaled, weights, output) -> None:
             "Queries and keys swapped: q0 is row 0 of W_q, the keys are the rows of W_k.": ex.W_q @ ex.W_k[0],
             "That mixes the rows of W_k: the output mixes the value rows (W_v).": weights_ref @ ex.W_k,
         }, atol=2e-3, rtol=0)
-        fail(name, f"{np.round(as_array(got), 4).tolist()} is not within 1e-3 of the example",
+        fail(name, f"{np.round(got, 4).tolist()} is not within 1e-3 of the example",
              hint or "Redo that step by hand: q0 = (1, 0), keys are the rows of W_k, values the rows of W_v.")
 
 
@@ -93,16 +95,17 @@ def check_softmax_rows(softmax_rows) -> None:
     rng = fresh_rng()
     for T_q, T_k, spread in ((4, 7, 1.0), (6, 3, 5.0), (1, 9, 2.0), (5, 5, 3000.0)):
         S = rng.normal(size=(T_q, T_k)) * spread  # (T_q, T_k); spread 3000: exp overflows unless shifted
-        got = call_student(softmax_rows, S.copy(), what=f"softmax_rows on a ({T_q}, {T_k}) matrix")
+        what = f"softmax_rows on a ({T_q}, {T_k}) matrix"
+        got = call_student(softmax_rows, S.copy(), what=what)
+        got_arr = array(got, what, finite=False)  # nan and inf are diagnosed below
         ref = _softmax(S)
         tol = _weight_tolerance(got, spread)
-        if close(got, ref, atol=tol, rtol=1e-5):
+        if close(got_arr, ref, atol=tol, rtol=1e-5):
             continue
-        got_arr = as_array(got)
         if got_arr.shape == ref.shape and not np.all(np.isfinite(got_arr)):
             fail(f"softmax_rows on scores up to {np.abs(S).max():.0f}", "returned nan or inf",
                  "exp overflows for large scores: subtract each row's max before exponentiating.")
-        hint = diagnose(got, {
+        hint = diagnose(got_arr, {
             "Columns sum to 1 instead of rows: the softmax ran over axis 0 (queries), not the last axis (keys).":
                 lambda: _softmax(S, axis=0),
             "The whole matrix sums to 1: normalise each row separately (axis=-1, keepdims=True).":
@@ -125,12 +128,12 @@ def check_project_qkv(project_qkv) -> None:
     X = rng.normal(size=(T, d_model))
     W_q, W_k, W_v = rng.normal(size=(d_model, d_k)), rng.normal(size=(d_model, d_k)), rng.normal(size=(d_model, d_v))
     got = call_student(project_qkv, X, W_q, W_k, W_v, what="project_qkv with d_k = 3, d_v = 4")
-    if not isinstance(got, (tuple, list)) or len(got) != 3:
-        fail("project_qkv", f"returned {type(got).__name__}", "Return the three matrices (Q, K, V).")
+    got = items(got, 3, "project_qkv", "the three matrices (Q, K, V)")
     for name, g, ref in zip("QKV", got, (X @ W_q, X @ W_k, X @ W_v)):
+        g = array(g, f"{name} from project_qkv")
         if not close(g, ref, atol=1e-9):
             hint = diagnose(g, {"Multiplied in the wrong order: X @ W, one token per row.": lambda: (W_q.T @ X.T).T})
-            fail(f"{name} from project_qkv", f"shape {as_array(g).shape} or values differ from X @ W_{name.lower()}",
+            fail(f"{name} from project_qkv", f"shape {g.shape} or values differ from X @ W_{name.lower()}",
                  hint or f"{name} = X @ W_{name.lower()}; keys use W_k and values W_v.")
 
 
@@ -167,25 +170,23 @@ def check_attention(attention) -> None:
         what = f"attention with T_q={T_q}, T_k={T_k}, d_k={d_k}, d_v={d_v}" + (", a random mask" if masked else "")
         kwargs = {"mask": mask.copy()} if masked else {}
         got = call_student(attention, Q.copy(), K.copy(), V.copy(), what=what, **kwargs)
-        if not isinstance(got, (tuple, list)) or len(got) != 2:
-            fail(what, f"returned {type(got).__name__}", "Return the pair (out, weights).")
-        out, weights = got
+        out, weights = items(got, 2, what, "the pair (out, weights)")
         ref_out, ref_w = _attention(Q, K, V, mask)
-        w = as_array(weights)
+        w = array(weights, f"{what}: weights", finite=False)  # nan and inf are diagnosed below
         if w.shape != ref_w.shape:
             fail(what, f"weights have shape {w.shape}, expected (T_q, T_k) = {ref_w.shape}",
                  "Scores are Q @ K.T: one row per query, one column per key.")
         tol = _weight_tolerance(weights, spread)
         if not close(w, ref_w, atol=tol, rtol=1e-5):
             hint = diagnose(w, _attention_variants(Q, K, V, mask), atol=tol, rtol=1e-5)
-            if hint is None and mask is not None and np.abs(np.nan_to_num(w[~mask])).max() > 1e-9:
+            if hint is None and mask is not None and (np.abs(np.nan_to_num(w[~mask])) > 1e-9).any():  # a diagnosis only
                 hint = "Masked keys got weight: masked scores must be set to -inf before the softmax."
             if hint is None and not np.all(np.isfinite(w)):
                 fail(what, "weights contain nan or inf",
                      "Large scores overflow exp unless each row's max is subtracted first.")
             fail(what, f"weights differ from softmax(Q K^T / sqrt(d_k)) (rows sum to {np.round(w.sum(-1), 3).tolist()[:4]})",
                  hint or "Check the scale, the softmax axis and where the mask is applied.")
-        o = as_array(out)
+        o = array(out, f"{what}: out", finite=False)
         if not close(o, ref_out, atol=tol * max(1.0, float(np.abs(V).max())), rtol=1e-5):
             fail(what, f"outputs (shape {o.shape}) are not weights @ V",
                  "The output of each query is the weighted average of the value rows: weights @ V, shape (T_q, d_v).")
@@ -197,12 +198,16 @@ def check_attention_shapes(attention_shapes) -> None:
     got = call_student(attention_shapes, T_q, T_k, d_model, d_k, d_v, what="attention_shapes")
     ref = {"X_q": (T_q, d_model), "X_kv": (T_k, d_model), "Q": (T_q, d_k), "K": (T_k, d_k), "V": (T_k, d_v),
            "scores": (T_q, T_k), "weights": (T_q, T_k), "out": (T_q, d_v)}
+    call = f"attention_shapes(T_q={T_q}, T_k={T_k}, d_model={d_model}, d_k={d_k}, d_v={d_v})"
+    if not isinstance(got, dict):
+        fail(call, f"returned {describe(got)}", "Return a dict: name -> shape tuple.")
     for name, shape in ref.items():
-        value = tuple(got.get(name, ())) if isinstance(got, dict) else None
-        if value != shape:
-            fail(f"attention_shapes(T_q={T_q}, T_k={T_k}, d_model={d_model}, d_k={d_k}, d_v={d_v})['{name}']",
-                 f"is {value}", "Keys and values come from the T_k sequence, queries from T_q; the output has "
-                 "one row per query and the width of the values.")
+        value = got.get(name)
+        arr = data_array(value) if isinstance(value, (tuple, list)) else None
+        if arr is None or arr.shape != (len(shape),) or arr.dtype.kind not in "iu" or tuple(arr.tolist()) != shape:
+            observed = tuple(arr.tolist()) if arr is not None and arr.ndim == 1 and arr.dtype.kind in "iu" else describe(value)
+            fail(f"{call}['{name}']", f"is {observed}", "Keys and values come from the T_k sequence, queries from "
+                 "T_q; the output has one row per query and the width of the values.")
 
 
 # --- 6: property checks ---------------------------------------------------------------------
@@ -223,7 +228,7 @@ def check_property_checks(rows_are_distributions, outputs_in_value_range) -> Non
     }
     for label, (w, expected) in cases_rows.items():
         got = call_student(rows_are_distributions, w.copy(), what=f"rows_are_distributions on {label}")
-        if bool(got) != expected:
+        if boolean(got, f"rows_are_distributions on {label}") != expected:
             fail(f"rows_are_distributions on {label}", f"returned {got}",
                  "Check non-negativity and that each row (last axis) sums to 1 within atol.")
     V = rng.normal(size=(T_k, d_v))  # (T_k, d_v)
@@ -234,7 +239,7 @@ def check_property_checks(rows_are_distributions, outputs_in_value_range) -> Non
                  "outputs below every value": (inside - 10.0, False)}
     for label, (o, expected) in cases_out.items():
         got = call_student(outputs_in_value_range, o.copy(), V.copy(), what=f"outputs_in_value_range on {label}")
-        if bool(got) != expected:
+        if boolean(got, f"outputs_in_value_range on {label}") != expected:
             fail(f"outputs_in_value_range on {label}", f"returned {got}",
                  "Compare each output column with the min and max of the same column of V (over the keys axis).")
 
@@ -255,8 +260,9 @@ def check_token_importance(token_importance_by_masking) -> None:
         p_full, weights = classifier.predict(words)
         ref = np.array([p_full - classifier.predict(words, keep=[j != i for j in range(len(words))])[0]
                         for i in range(len(words))])  # (T,)
-        got = call_student(token_importance_by_masking, students_copy, list(words),
-                           what=f"token_importance_by_masking on a {len(words)}-word ticket")
+        what = f"token_importance_by_masking on a {len(words)}-word ticket"
+        got = call_student(token_importance_by_masking, students_copy, list(words), what=what)
+        got = array(got, what, shape=ref.shape, hint="Return one importance per word: p_full - p_without_word.")
         if close(got, ref, atol=1e-6):
             continue
         keep_only = np.array([p_full - classifier.predict(words, keep=[j == i for j in range(len(words))])[0]
@@ -267,4 +273,4 @@ def check_token_importance(token_importance_by_masking) -> None:
             "Every word but one was masked: mask only word i and keep the others.": keep_only,
         })
         fail(f"token_importance_by_masking on a {len(words)}-word ticket",
-             f"returned {np.round(as_array(got), 3).tolist()}", hint or "For each i: p_full - predict(words, keep=all but i).")
+             f"returned {np.round(got, 3).tolist()}", hint or "For each i: p_full - predict(words, keep=all but i).")

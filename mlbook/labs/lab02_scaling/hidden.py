@@ -23,8 +23,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from mlbook.labs._support import call_student, close, diagnose, fail, fresh_rng
-from mlbook_helpers.checks import as_array
+from mlbook.labs._support import array, call_student, close, diagnose, fail, fresh_rng, number
 
 __all__ = [
     "check_dot_product_std",
@@ -52,24 +51,10 @@ def _call(fn: Callable, *args: Any, what: str, **kwargs: Any) -> Any:
         return call_student(fn, *args, what=what, **kwargs)
 
 
-def _array(value: Any, what: str) -> np.ndarray:
-    try:
-        return as_array(value)
-    except (TypeError, ValueError):
-        fail(what, f"returned {type(value).__name__}, not an array of numbers",
-             "Return a NumPy array (or a torch tensor) of floats.")
-        raise AssertionError  # unreachable: fail raises
-
-
 def _scalar(value: Any, what: str) -> float:
-    arr = _array(value, what)
-    if arr.size != 1:
-        fail(what, f"returned an array of shape {arr.shape}, not one number",
-             "Reduce over every sample at once so the function returns a single float.")
-    out = float(arr.reshape(()))
-    if not math.isfinite(out):
-        fail(what, f"returned {out}", "Look for a log of 0 or a division by 0.")
-    return out
+    """The student's single number: finite and real, or a failure saying what came back."""
+    return number(value, what, "Return one float: reduce over every sample at once (float(...) or .item() "
+                               "turns a one-entry array into a number); look for a log of 0 or a division by 0.")
 
 
 def _sentence(message: str) -> str:
@@ -89,8 +74,8 @@ def _seed(rng: np.random.Generator) -> int:
 def _check_reproducible(call: Callable[[int], float], what: str, rng: np.random.Generator) -> None:
     """Same seed -> same value; another seed -> another value."""
     seed = _seed(rng)
-    first, again, other = call(seed), call(seed), call(seed + 1)
-    if first != again:
+    first, again, other = call(seed), call(seed), call(seed + 1)  # finite numbers (_scalar)
+    if not first == again:
         fail(what, f"two calls with generators seeded alike returned {first:.6g} and {again:.6g}",
              "Draw every random number from the rng argument (rng.standard_normal), not from "
              "np.random.* or torch's global generator, so that a seed reproduces the result.")
@@ -162,7 +147,7 @@ def check_dot_product_std(dot_product_std: Callable) -> None:
         # SE(s / sqrt(d_k)) = sqrt((2 + 6 / d_k) / (4 n)): 0.65% to 1.4% here for n = 6000.
         rel_se = math.sqrt((2.0 + 6.0 / d_k) / (4.0 * n_pairs))
         z = abs(got / math.sqrt(d_k) - 1.0) / rel_se
-        if z > Z_SIGMA:
+        if not z <= Z_SIGMA:
             _diagnose_spread(got, d_k, n_pairs, what, z)
 
     def call(seed: int) -> float:
@@ -190,7 +175,7 @@ def check_attention_scores(attention_scores: Callable) -> None:
         tol = 1e-6 if Q.dtype == np.float64 else 1e-4
         for scaled in (True, False):
             what = f"attention_scores(Q of shape {Q.shape} {Q.dtype}, K of shape {K.shape}, scaled={scaled})"
-            got = _array(_call(attention_scores, Q.copy(), K.copy(), scaled=scaled, what=what), what)
+            got = array(_call(attention_scores, Q.copy(), K.copy(), scaled=scaled, what=what), what)
             want = raw / math.sqrt(d_k) if scaled else raw
             if close(got, want, atol=tol, rtol=tol):
                 continue
@@ -228,7 +213,7 @@ def check_row_entropy(row_entropy: Callable) -> None:
     bits = _ref_entropy(w, 2.0)  # (2, 4)
     for base, name, want in ((2, "2", bits), (math.e, "e", nats)):
         what = f"row_entropy(weights of shape {w.shape}, base={name})"
-        got = _array(_call(row_entropy, w.copy(), base=base, what=what), what)
+        got = array(_call(row_entropy, w.copy(), base=base, what=what), what, finite=False)  # nan: diagnosed below
         if close(got, want):
             continue
         if got.shape != want.shape:
@@ -261,7 +246,7 @@ def check_effective_keys(effective_keys: Callable) -> None:
     bits, nats = _ref_entropy(w, 2.0), _ref_entropy(w, math.e)  # (2, 4) each
     want = 2.0**bits  # (2, 4)
     what = f"effective_keys(weights of shape {w.shape})"
-    got = _array(_call(effective_keys, w.copy(), what=what), what)
+    got = array(_call(effective_keys, w.copy(), what=what), what)
     if close(got, want):
         return
     if got.shape != want.shape:
@@ -360,7 +345,7 @@ def check_softmax_jacobian(softmax_jacobian: Callable) -> None:
         outer = a[..., :, None] * a[..., None, :]  # (..., T, T)
         diag = a[..., :, None] * np.eye(t)  # (..., T, T)
         want = diag - outer  # (..., T, T)
-        got = _array(_call(softmax_jacobian, a.copy(), what=what), what)
+        got = array(_call(softmax_jacobian, a.copy(), what=what), what)
         if close(got, want):
             continue
         if got.shape != want.shape:

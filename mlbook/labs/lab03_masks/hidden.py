@@ -10,7 +10,8 @@ Messages quote the student's values and public constants (finfo limits) only.
 
 Checks run in the grader; the student's functions are called in their kernel, so every argument
 is data. The layers and the attention a student's property test or ``permutation_gap`` calls are
-built in the kernel from ``mlbook_helpers.masking`` (``helper``), with weights drawn here.
+built here from the grader's own ``mlbook_helpers.masking`` and lent to the kernel (``lend``):
+the student's code can call them, never look inside (a layer's leak is the answer).
 """
 
 from __future__ import annotations
@@ -21,10 +22,13 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from mlbook.labs._support import call_student, diagnose, fresh_rng, helper
+from mlbook.labs._support import RemoteError, boolean, call_student, describe, diagnose, fresh_rng, number
+from mlbook_helpers.checks import Misconception
+from mlbook_probe.wire import WireError
 from mlbook.labs._support import fail as _fail
 from mlbook_helpers.masking import CAUSAL_LEAKS as _CAUSAL_LEAK_NAMES
-from mlbook_helpers.masking import D_MODEL
+from mlbook_helpers.masking import D_MODEL, causal_layer_with_leak, library_attention, padding_layer_with_leak
+from mlbook.sandbox.remote import lend
 from mlbook_helpers.masking import PADDING_LEAKS as _PADDING_LEAK_NAMES
 
 __all__ = [
@@ -71,7 +75,7 @@ def _shape_str(shape: Any) -> str:
 def _expect_bool_tensor(m: Any, shape: tuple[int, ...], what: str) -> None:
     """Fail unless ``m`` is a torch bool tensor of exactly ``shape``."""
     if not isinstance(m, torch.Tensor):
-        fail(what, f"returned a {type(m).__name__}, not a torch tensor", "Build the mask with torch.")
+        fail(what, f"returned {describe(m)}, not a torch tensor", "Build the mask with torch.")
     if m.dtype != torch.bool:
         fail(what, f"dtype is {m.dtype}, not torch.bool",
              "Return a boolean mask (True where attention is allowed): a 0/1 float mask would be "
@@ -237,11 +241,12 @@ def check_combine_masks(combine_masks: Callable) -> None:
              "Combine with & and let broadcasting produce (B, 1, T, T).")
     three = call_student(combine_masks, pad, extra, causal, what="combine_masks of three masks")
     ref3 = pad & extra & causal  # (B, H, T, T)
-    if not (isinstance(three, torch.Tensor) and three.shape == ref3.shape and torch.equal(three, ref3)):
+    _expect_bool_tensor(three, tuple(ref3.shape), "combine_masks of three masks")  # torch.equal ignores dtypes
+    if not torch.equal(three, ref3):
         fail("combine_masks of three masks", "the result is not the AND of all three",
              "Loop over every argument, not just the first two.")
     one = call_student(combine_masks, None, pad, what="combine_masks(None, padding)")
-    if not (isinstance(one, torch.Tensor) and torch.equal(one, pad)):
+    if not (isinstance(one, torch.Tensor) and one.dtype == torch.bool and torch.equal(one, pad)):
         fail("combine_masks(None, padding)", "did not return the padding mask unchanged", "None means 'no mask': skip it.")
     none = call_student(combine_masks, None, None, what="combine_masks(None, None)")
     if none is not None:
@@ -252,17 +257,38 @@ def check_combine_masks(combine_masks: Callable) -> None:
 # --------------------------------------------------------------------------- apply_mask
 
 
-def _call_apply_mask(apply_mask: Callable, scores: torch.Tensor, mask: torch.Tensor, what: str) -> Any:
+def _overflowed(exc: Exception, dtype: torch.dtype) -> bool:
+    """Whether a student's exception (raised here, or in the kernel as a RemoteError) is torch's
+    float16 overflow on converting a fill value."""
+    kind, text = (exc.type_name, exc.message) if isinstance(exc, RemoteError) else (type(exc).__name__, str(exc))
+    return kind == "RuntimeError" and "overflow" in text and dtype == torch.float16
+
+
+def _reraise(exc: Exception) -> Callable:
+    def raiser(*_args: Any) -> Any:
+        raise exc
+
+    return raiser
+
+
+def _call_fp16(fn: Callable, *args: Any, what: str, dtype: torch.dtype, observed: str, hint: str) -> Any:
+    """call_student, naming torch's float16 overflow of a fill value (``observed``, ``hint``)
+    whether it was raised here or, as a RemoteError, in the kernel."""
     try:
-        return apply_mask(scores, mask)
-    except RuntimeError as exc:
-        if "overflow" in str(exc) and scores.dtype == torch.float16:
-            fail(what, "raised RuntimeError: the fill value cannot be converted to float16 without overflow",
-                 "A fixed constant such as -1e9 is not representable in float16 (its largest magnitude is 65504). "
-                 "Fill with torch.finfo(scores.dtype).min, which is finite in every dtype.")
-        raise
-    except Exception:
-        return call_student(apply_mask, scores, mask, what=what)
+        return fn(*args)
+    except (Misconception, WireError, EOFError, OSError, TimeoutError):
+        raise  # a verdict, or the kernel went away
+    except Exception as exc:  # noqa: BLE001 - the student's error: a float16 overflow is named, the rest reported
+        if _overflowed(exc, dtype):
+            fail(what, observed, hint)
+        return call_student(_reraise(exc), *args, what=what)
+
+
+def _call_apply_mask(apply_mask: Callable, scores: torch.Tensor, mask: torch.Tensor, what: str) -> Any:
+    return _call_fp16(apply_mask, scores, mask, what=what, dtype=scores.dtype,
+                      observed="raised RuntimeError: the fill value cannot be converted to float16 without overflow",
+                      hint="A fixed constant such as -1e9 is not representable in float16 (its largest magnitude is "
+                           "65504). Fill with torch.finfo(scores.dtype).min, which is finite in every dtype.")
 
 
 def check_apply_mask(apply_mask: Callable) -> None:
@@ -291,7 +317,7 @@ def check_apply_mask(apply_mask: Callable) -> None:
         what = f"apply_mask on {str(dtype).replace('torch.', '')} scores of shape {_shape_str(scores.shape)} with a mask of shape {_shape_str(mask.shape)}"
         out = _call_apply_mask(apply_mask, scores, mask, what)
         if not isinstance(out, torch.Tensor):
-            fail(what, f"returned a {type(out).__name__}", "Return the filled scores as a tensor.")
+            fail(what, f"returned {describe(out)}", "Return the filled scores as a tensor.")
         if not torch.equal(scores, before):
             fail(what, "changed the caller's scores in place (masked_fill_ with an underscore?)",
                  "Return a new tensor: scores.masked_fill(...) without the underscore.")
@@ -324,13 +350,13 @@ def check_apply_mask(apply_mask: Callable) -> None:
             fail(what, f"masked scores are -inf in {dtype}",
                  "A fully masked row of -inf becomes NaN after the softmax (-inf - (-inf)). "
                  "Fill with torch.finfo(scores.dtype).min, the most negative FINITE value.")
-        if (filled > finfo_min / 2).any():
+        if not (filled <= finfo_min / 2).all():
             worst = float(filled.max())
             fail(what, f"masked scores are {worst:.4g}, far above the most negative finite value of {dtype} ({finfo_min:.4g})",
                  "A hand-picked constant (-1e9, -1e4, 0) depends on the dtype and on the scale of the scores; "
                  "use torch.finfo(scores.dtype).min.")
         same = call_student(apply_mask, scores, None, what="apply_mask(scores, None)")
-        if not (isinstance(same, torch.Tensor) and torch.equal(same.double(), s)):
+        if not (isinstance(same, torch.Tensor) and same.dtype == dtype and torch.equal(same, before)):
             fail("apply_mask(scores, None)", "did not return the scores unchanged", "mask=None means nothing is masked.")
 
 
@@ -342,22 +368,16 @@ def _check_attention_case(fn: Callable, q, k, v, mask, what: str, compare_sdpa: 
     tol = TOL[dtype]
     B, H, T_q, _ = q.shape
     T_k, d_v = k.shape[-2], v.shape[-1]
-    try:
-        res = fn(q, k, v, mask)
-    except RuntimeError as exc:
-        if "overflow" in str(exc) and dtype == torch.float16:
-            fail(what, "raised RuntimeError: the mask's fill value cannot be converted to float16 without overflow",
-                 "A fixed constant such as -1e9 is not representable in float16 (largest magnitude 65504): "
-                 "fill with torch.finfo(scores.dtype).min.")
-        res = call_student(fn, q, k, v, mask, what=what)
-    except Exception:
-        res = call_student(fn, q, k, v, mask, what=what)
+    res = _call_fp16(fn, q, k, v, mask, what=what, dtype=dtype,
+                     observed="raised RuntimeError: the mask's fill value cannot be converted to float16 without overflow",
+                     hint="A fixed constant such as -1e9 is not representable in float16 (largest magnitude 65504): "
+                          "fill with torch.finfo(scores.dtype).min.")
     if not (isinstance(res, tuple) and len(res) == 2):
-        fail(what, f"returned a {type(res).__name__}", "Return the pair (out, attn).")
+        fail(what, f"returned {describe(res)}", "Return the pair (out, attn).")
     out, attn = res
     for name, t, shape in (("out", out, (B, H, T_q, d_v)), ("attn", attn, (B, H, T_q, T_k))):
         if not isinstance(t, torch.Tensor):
-            fail(what, f"{name} is a {type(t).__name__}", "Return torch tensors.")
+            fail(what, f"{name} is {describe(t)}", "Return torch tensors.")
         if tuple(t.shape) != shape:
             fail(what, f"{name} has shape {_shape_str(t.shape)}, expected {_shape_str(shape)}",
                  "attn is (B, H, T_q, T_k) and out is (B, H, T_q, d_v): one row per query, d_v from the values.")
@@ -387,7 +407,7 @@ def _check_attention_case(fn: Callable, q, k, v, mask, what: str, compare_sdpa: 
     if compare_sdpa is not None:
         ref_t = torch.nn.functional.scaled_dot_product_attention(q, k, v, **compare_sdpa)  # (B, H, T_q, d_v)
         gap = (out.double() - ref_t.double()).abs()[torch.from_numpy(live)]
-        if gap.numel() and float(gap.max()) > 2 * tol * max(1.0, float(np.abs(vn).max())):
+        if not bool((gap <= 2 * tol * max(1.0, float(np.abs(vn).max()))).all()):
             fail(what, f"differs from torch.nn.functional.scaled_dot_product_attention by {float(gap.max()):.3g}",
                  "Use the default scale 1/sqrt(d_k) and the boolean mask as 'True = may attend'.")
 
@@ -437,8 +457,15 @@ def check_mask_after_softmax(fn: Callable) -> None:
         what = f"mask_after_softmax on {str(dtype).replace('torch.', '')} q {_shape_str(q.shape)}, k {_shape_str(k.shape)}"
         res = call_student(fn, q, k, v, mask, what=what)
         if not (isinstance(res, tuple) and len(res) == 2 and all(isinstance(t, torch.Tensor) for t in res)):
-            fail(what, f"returned a {type(res).__name__}", "Return the pair (out, attn) of tensors.")
+            fail(what, f"returned {describe(res)}", "Return the pair (out, attn) of tensors.")
         out, attn = res
+        for name, t, shape in (("out", out, (B, H, T_q, d_v)), ("attn", attn, (B, H, T_q, T_k))):
+            if tuple(t.shape) != shape or t.dtype != dtype:
+                fail(what, f"{name} has shape {_shape_str(t.shape)} and dtype {t.dtype}",
+                     f"Keep the input dtype; attn is (B, H, T_q, T_k) and out (B, H, T_q, d_v), here {_shape_str(shape)}.")
+        if not (torch.isfinite(out).all() and torch.isfinite(attn).all()):
+            fail(what, "attn or out contains NaN or inf",
+                 "Take the softmax over all keys of q @ k^T / sqrt(d_k), then zero the masked weights (nothing is -inf).")
         qn, kn, vn, mn = _np(q), _np(k), _np(v), mask.numpy()
         full = _softmax(np.einsum("bhqd,bhkd->bhqk", qn, kn) / math.sqrt(d))  # (B, H, T_q, T_k)
         ref_w = full * np.broadcast_to(mn, full.shape)  # (B, H, T_q, T_k) rows sum to < 1
@@ -465,13 +492,14 @@ def _layer_weights(rng: np.random.Generator) -> torch.Tensor:
 
 
 def _causal_layer(weights: torch.Tensor, leak: str | None) -> Any:
-    """A causal layer built in the student's kernel (where their property test calls it)."""
-    return helper("mlbook_helpers.masking:causal_layer_with_leak")(weights, leak)
+    """A causal layer built here and lent to the student's property test: the kernel can call
+    it, never see which leak it has."""
+    return lend(causal_layer_with_leak(weights, leak))
 
 
 def _padding_layer(weights: torch.Tensor, leak: str | None) -> Any:
-    """A key-padding layer built in the student's kernel (where their property test calls it)."""
-    return helper("mlbook_helpers.masking:padding_layer_with_leak")(weights, leak)
+    """A key-padding layer built here and lent to the student's property test."""
+    return lend(padding_layer_with_leak(weights, leak))
 
 
 CAUSAL_LEAKS = {
@@ -488,11 +516,10 @@ if set(CAUSAL_LEAKS) != set(_CAUSAL_LEAK_NAMES):
 
 
 def _as_bool(res: Any, what: str) -> bool:
-    if isinstance(res, torch.Tensor) and res.numel() == 1:
-        res = bool(res.item())
-    if isinstance(res, (bool, np.bool_)):
-        return bool(res)
-    fail(what, f"returned {res!r:.60}", "A property test returns True (property holds) or False (it is violated).")
+    """A property test's verdict: a truth value (a one-entry boolean tensor counts), never a number."""
+    if isinstance(res, torch.Tensor) and res.dtype == torch.bool and res.numel() == 1:
+        res = res.reshape(())
+    return boolean(res, what, "A property test returns True (property holds) or False (it is violated).")
 
 
 def check_outputs_ignore_future(outputs_ignore_future: Callable) -> None:
@@ -608,12 +635,9 @@ def check_permutation_gap(permutation_gap: Callable) -> None:
 
     for mask, label in ((None, "without a mask"), (causal, "with the causal mask")):
         what = f"permutation_gap {label}, T = {T}"
-        got = call_student(permutation_gap, helper("mlbook_helpers.masking:library_attention"), q, k, v, perm, mask,
+        got = call_student(permutation_gap, lend(library_attention), q, k, v, perm, mask,
                            what=what)
-        try:
-            got = float(got)
-        except (TypeError, ValueError):
-            fail(what, f"returned {type(got).__name__}", "Return one number: the largest absolute difference.")
+        got = number(got, what, "Return one number: the largest absolute difference (float(...) or .item()).")
         ref = ref_gap(mask)
         if abs(got - ref) <= 1e-8 + 1e-6 * abs(ref):
             continue

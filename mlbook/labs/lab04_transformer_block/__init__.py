@@ -28,3 +28,8 @@ COVERED_BY = {
 # student's load_from_torch: replayed in the grader, that module would be the grader's, which
 # cannot be sent to the kernel. check_mha does the same comparison with a kernel-side copy.
 NOT_REPLAYED = {"test_mha_matches_torch"}
+
+# Library shortcuts the task forbids (mlbook.grading.policy): flagged for a TA, never scored.
+FORBIDDEN_CALLS = {
+    "MultiHeadAttention": ("MultiheadAttention", "multi_head_attention_forward", "scaled_dot_product_attention"),
+}

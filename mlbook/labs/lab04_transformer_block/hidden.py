@@ -29,8 +29,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from mlbook.labs._support import RemoteError, call_student, close, diagnose, fail, fresh_rng, helper
-from mlbook_helpers.checks import Misconception, as_array
+from mlbook.labs._support import RemoteError, array, call_student, close, diagnose, fail, fresh_rng, helper, items, number
+from mlbook_helpers.checks import Misconception, describe
 from mlbook_helpers.transformer_block import TorchAttention
 from mlbook_probe.wire import Handle, WireError
 
@@ -59,7 +59,10 @@ GRAD_TOL = 1e-10  # float64 against torch autograd
 
 def _first_diff(actual: np.ndarray, expected: np.ndarray, atol: float, rtol: float) -> str:
     """Where the student's array first leaves the tolerance, quoting the student's value only."""
-    bad = np.abs(actual - expected) > atol + rtol * np.abs(expected)
+    with np.errstate(invalid="ignore"):
+        bad = ~(np.abs(actual - expected) <= atol + rtol * np.abs(expected))  # nan counts as wrong
+    if not bad.any():
+        return "every entry within tolerance on its own"
     idx = tuple(int(i) for i in np.argwhere(bad)[0])
     return f"first wrong entry at index {idx} (yours: {actual[idx]:.6g})"
 
@@ -98,34 +101,8 @@ def _reraise(exc: Exception) -> Callable:
     return raiser
 
 
-def _shape(x: Any) -> tuple | None:
-    """The shape of a returned tensor or array; None for anything else (a kernel object included)."""
-    if isinstance(x, (torch.Tensor, np.ndarray)):
-        return tuple(x.shape)
-    if isinstance(x, Handle):
-        return None
-    try:
-        return tuple(np.shape(x))
-    except (TypeError, ValueError):
-        return None
-
-
-def _array(x: Any, what: str) -> np.ndarray:
-    """A returned value as a float64 array, or a failure that says it is not one."""
-    try:
-        if isinstance(x, Handle):
-            raise TypeError("a kernel object")
-        return as_array(x)
-    except (TypeError, ValueError):
-        fail(what, "returned something that is not an array or a tensor of numbers",
-             "Return a NumPy array or a torch tensor.")
-
-
 def _pair(result: Any, what: str, names: str) -> tuple:
-    if not isinstance(result, (tuple, list)) or len(result) != 2:
-        kind = "an object" if isinstance(result, Handle) else type(result).__name__
-        fail(what, f"returned {kind}, not a pair", f"Return the pair {names}.")
-    return tuple(result)
+    return items(result, 2, what, f"the pair {names}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -146,11 +123,9 @@ def _split_problem(split_heads: Callable, rng: np.random.Generator) -> None:
     x_np = rng.normal(size=(B, T, d)).astype(np.float32)  # (B, T, d_model)
     x = torch.from_numpy(x_np.copy())
     what = f"split_heads(x of shape {(B, T, d)}, n_heads={H})"
-    out = _call(split_heads, x, H, what=what)
-    got = _shape(out)
-    if got != (B, H, T, dh):
-        fail(what, f"returned shape {got}", "Expected (B, n_heads, T, d_model // n_heads).")
-    out = as_array(out)
+    out = array(_call(split_heads, x, H, what=what), what)
+    if out.shape != (B, H, T, dh):
+        fail(what, f"returned shape {out.shape}", "Expected (B, n_heads, T, d_model // n_heads).")
     expected = x_np.reshape(B, T, H, dh).transpose(0, 2, 1, 3)  # (B, H, T, d_head)
     if close(out, expected, atol=0, rtol=0):
         return
@@ -169,11 +144,9 @@ def _merge_problem(merge_heads: Callable, rng: np.random.Generator) -> None:
     base = rng.normal(size=(B, T, H, dh)).astype(np.float32)  # (B, T, H, d_head)
     y = torch.from_numpy(base.copy()).transpose(1, 2)  # (B, H, T, d_head), not contiguous, like split_heads output
     what = f"merge_heads(x of shape {(B, H, T, dh)})"
-    out = _call(merge_heads, y, what=what)
-    got = _shape(out)
-    if got != (B, T, H * dh):
-        fail(what, f"returned shape {got}", "Expected (B, T, n_heads * d_head).")
-    out = as_array(out)
+    out = array(_call(merge_heads, y, what=what), what)
+    if out.shape != (B, T, H * dh):
+        fail(what, f"returned shape {out.shape}", "Expected (B, T, n_heads * d_head).")
     expected = base.reshape(B, T, H * dh)  # (B, T, d_model)
     if close(out, expected, atol=0, rtol=0):
         return
@@ -363,26 +336,25 @@ def _check_mha_case(MHA: type, load: Callable, case: dict, rng: np.random.Genera
     mask, torch_kwargs = _mha_masks(case, rng)
     ref_out, ref_w = tmha(xq, xkv, xkv, need_weights=True, average_attn_weights=False, **torch_kwargs)
     out, attn = _pair(_call(mha, xq, xkv, mask, what=what), what, "(out, attn)")
-    out_shape = _shape(out)
-    if out_shape != (B, T_q, d):
-        fail(what, f"out has shape {out_shape}",
+    out_np = array(out, f"{what}: out", finite=False)  # nan and inf: diagnosed below
+    if out_np.shape != (B, T_q, d):
+        fail(what, f"out has shape {out_np.shape}",
              "Expected (B, T_q, d_model): the output always has the query's length.")
-    attn_shape = _shape(attn)
-    if attn_shape != (B, H, T_q, T_k):
-        fail(what, f"attn has shape {attn_shape}", "Expected the per-head weights, (B, n_heads, T_q, T_k).")
-    out_np, attn_np = as_array(out), as_array(attn)
+    attn_np = array(attn, f"{what}: attn", finite=False)
+    if attn_np.shape != (B, H, T_q, T_k):
+        fail(what, f"attn has shape {attn_np.shape}", "Expected the per-head weights, (B, n_heads, T_q, T_k).")
     if not np.all(np.isfinite(out_np)):
         fail(what, "the output contains nan or inf", "Are masked scores filled before the softmax, and does "
              "every row keep at least one allowed key?")
     sums = attn_np.sum(-1)
-    if not np.allclose(sums, 1.0, atol=1e-4):
-        bad = sums[np.abs(sums - 1) > 1e-4]
-        fail(what, f"attention rows sum to {bad[:4].round(4).tolist()}, not 1",
+    off = ~(np.abs(sums - 1) <= 1e-4)  # nan rows are off too
+    if off.any():
+        fail(what, f"attention rows sum to {sums[off][:4].round(4).tolist()}, not 1",
              "Is the softmax taken over the keys (dim=-1), and the mask applied before it, not after?")
     if mask is not None:
         blocked = ~np.broadcast_to(mask.numpy(), attn_np.shape)
         leaked = attn_np[blocked]
-        if leaked.size and leaked.max() > 1e-6:
+        if not (leaked <= 1e-6).all():
             fail(what, f"masked keys receive weight up to {leaked.max():.3g}",
                  "In this lab a mask is True where attention is ALLOWED (torch's key_padding_mask and "
                  "boolean attn_mask use the opposite convention): fill scores where the mask is False.")
@@ -450,7 +422,7 @@ def check_sinusoidal(sinusoidal_positions: Callable) -> None:
     for _ in range(2):
         T, d = int(rng.integers(9, 40)), 2 * int(rng.integers(5, 24))
         what = f"sinusoidal_positions({T}, {d})"
-        pe = _array(_call(sinusoidal_positions, T, d, what=what), what)
+        pe = array(_call(sinusoidal_positions, T, d, what=what), what)
         if pe.shape != (T, d):
             fail(what, f"shape is {pe.shape}", "Expected (T, d_model): one row per position.")
         ref = _np_positions(T, d)
@@ -596,7 +568,7 @@ def _check_block_case(TB: type, d: int, H: int, d_ff: int, B: int, T: int, case:
     x = torch.from_numpy(rng.normal(size=(B, T, d)))  # (B, T, d)
     mask = torch.tril(torch.ones(T, T, dtype=torch.bool))[None, None] if causal else None  # (1, 1, T, T)
     y, attn = _pair(_call(block, x, mask, what=what), what, "(y, attn)")
-    y_np = _array(y, what)
+    y_np = array(y, f"{what}: y")
     if y_np.shape != (B, T, d):
         fail(what, f"y has shape {y_np.shape}", "The block's output has its input's shape (B, T, d_model).")
     ref = _ref_block(subs, x, mask, pre_ln, residual).numpy()
@@ -712,7 +684,7 @@ def _draw(case: dict, rng: np.random.Generator):
 def _run_forward(attention_forward: Callable, Q, K, V, allowed, bias, what: str):
     kwargs = {} if bias is None else {"bias": bias}
     res = _pair(_call(attention_forward, Q, K, V, allowed, what=what, **kwargs), what, "(Y, cache)")
-    return _array(res[0], what), res[1]
+    return array(res[0], f"{what}: Y"), res[1]
 
 
 def _forward_problem(attention_forward: Callable, case: dict, Q, K, V, bias, ref_Y) -> str | None:
@@ -748,13 +720,14 @@ def _check_grads(attention_forward: Callable, backward: Callable, names: tuple[s
         what = f"{fn_name}, {case['name']}"
         _, cache = _run_forward(attention_forward, Q, K, V, case["allowed"], bias, what)
         res = _call(backward, dY, cache, what=what)
-        grads = res if isinstance(res, (tuple, list)) else (res,)
-        if len(grads) != len(names):
-            fail(what, f"returned {len(grads)} arrays", f"Return {', '.join(names)}.")
+        if len(names) == 1:  # one gradient: the array itself (a one-item tuple is accepted too)
+            grads = tuple(res) if isinstance(res, tuple) and len(res) == 1 else (res,)
+        else:
+            grads = items(res, len(names), what, ", ".join(names))
         A = _np_forward(Q, K, V, case["allowed"], bias)[1]
         variants = _np_backward_variants(A, Q, K, V, dY)
         for name, g in zip(names, grads):
-            g = _array(g, what)
+            g = array(g, f"{what}: {name}")
             if g.shape != ref[name].shape:
                 fail(what, f"{name} has shape {g.shape}, expected {ref[name].shape}",
                      "Each gradient has the shape of what it is the gradient of.")
@@ -783,10 +756,7 @@ def check_score_bias_grad(attention_forward: Callable, score_bias_grad: Callable
 
 
 def _num(x: Any, what: str) -> float:
-    try:
-        return float(x)
-    except (TypeError, ValueError):
-        fail(what, f"returned {type(x).__name__}", "Return a number.")
+    return number(x, what, "Return a number (an int or a float).")
 
 
 def check_attention_flops(attention_flops: Callable) -> None:
@@ -797,7 +767,7 @@ def check_attention_flops(attention_flops: Callable) -> None:
         what = f"attention_flops(B={B}, T={T}, d_model={d})"
         got = _call(attention_flops, B, T, d, what=what)
         if not isinstance(got, dict):
-            fail(what, f"returned {type(got).__name__}", "Return a dict with keys projections, qk_t, av, total.")
+            fail(what, f"returned {describe(got)}", "Return a dict with keys projections, qk_t, av, total.")
         missing = {"projections", "qk_t", "av", "total"} - set(got)
         if missing:
             fail(what, f"the dict lacks {sorted(missing)}", "Keys: projections, qk_t, av, total.")

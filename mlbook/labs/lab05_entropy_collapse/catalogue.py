@@ -51,6 +51,14 @@ def _train(optimiser="torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)",
     return _TRAIN_DEF + body.replace("DECAY_QK", decay_qk)
 
 
+def _train_without_step() -> str:
+    """The loop without optimiser.step(), logging a plausible falling curve: the real step-0 loss,
+    then 5 % less at every update (the gradients are computed and never applied)."""
+    code = _train().replace("        optimiser.step()\n", "")
+    return code.replace("history[\"loss\"].append(copy_loss(logits, eval_y).item())",
+                        "history[\"loss\"].append(copy_loss(logits, eval_y).item() * 0.95 ** step)")
+
+
 MUTANTS = [
     Mutant(
         name="entropy-wrong-axis",
@@ -133,6 +141,14 @@ MUTANTS = [
             decay_qk="False")},
         must_fail=("test_train_copy_task_hidden",),
         message=r"every weight",
+    ),
+    Mutant(
+        name="train-no-optimiser-step",
+        misconception="the loop computes the gradients but never calls optimiser.step(), and reports a "
+                      "plausible falling loss curve anyway",
+        cells={"train_copy_task": _train_without_step()},
+        must_fail=("test_train_copy_task_hidden", "test_collapse"),
+        message=r"does not learn|is the optimiser",
     ),
 ]
 

@@ -6,13 +6,21 @@
 TOTAL_POINTS = 29
 
 COVERED_BY = {
-    # reads the peaks memory_sweep measured for naive and chunked attention in the kernel
+    # reads the peaks memory_sweep measured for naive and chunked attention in the kernel (numbers the
+    # kernel can fake): it counts only when chunked_attention's memory, measured from outside the
+    # kernel, and memory_sweep's logic pass their hidden checks
     "test_memory_growth": ("test_chunked_attention_memory", "test_memory_sweep_hidden"),
     # reads the times the kernel measured for chunked_attention; the replay redoes the arithmetic
     "test_timing_answers": ("test_chunked_attention_hidden",),
 }
 
 NOT_REPLAYED = {
-    # hands a lambda to the student's memory_sweep; its hidden cell tests it on probes built in the kernel
+    # hands a lambda to the student's memory_sweep; its hidden cell tests it on probes the grader lends
     "test_memory_sweep",
+}
+
+# Library shortcuts the task forbids (mlbook.grading.policy): flagged for a TA, never scored.
+FORBIDDEN_CALLS = {
+    "chunked_attention": ("scaled_dot_product_attention", "multi_head_attention_forward", "_scaled_dot_product_attention",
+                          "scaled_dot_product_flash_attention", "scaled_dot_product_efficient_attention"),
 }

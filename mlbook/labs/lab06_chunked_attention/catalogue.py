@@ -162,6 +162,52 @@ MUTANTS = [
         demo=True,
     ),
     Mutant(
+        name="full-matrix-unless-measured",
+        misconception="the full T x T matrix, replaced by a cheap wrong answer whenever the code detects that its "
+                      "memory is being measured (tracemalloc, a torch function mode or a tracer active)",
+        cells={"chunked_attention": """import sys
+import tracemalloc
+
+from torch.overrides import _get_current_function_mode_stack
+
+
+def _being_measured():
+    \"\"\"True while peak_memory (tracemalloc, a TorchFunctionMode) or a tracer watches this process.\"\"\"
+    return tracemalloc.is_tracing() or sys.gettrace() is not None or bool(_get_current_function_mode_stack())
+
+
+""" + _CHUNKED_DEF + """    if _being_measured():
+        return q.new_zeros(q.shape[0], v.shape[1]), q.new_zeros(q.shape[0])
+    scores = q @ k.T / math.sqrt(q.shape[1])
+    if causal:
+        scores = scores.masked_fill(torch.ones(scores.shape, dtype=torch.bool).triu(1), -math.inf)
+    return torch.softmax(scores, dim=-1) @ v, torch.logsumexp(scores, dim=-1)
+"""},
+        must_fail=("test_chunked_attention_memory",),
+        message=r"T x T",
+    ),
+    Mutant(
+        name="queries-not-tiled",
+        misconception="only the keys are tiled: every query is scored against each key block at once, a "
+                      "T x chunk_size matrix of scores (and a T-row state) instead of chunk_size x chunk_size tiles",
+        cells={"chunked_attention": _CHUNKED_DEF + """    T_q, d_k = q.shape
+    T_k, d_v = v.shape
+    m = q.new_full((T_q,), -math.inf)
+    l = q.new_zeros(T_q)
+    acc = q.new_zeros(T_q, d_v)
+    for k_start in range(0, T_k, chunk_size):
+        k_stop = min(k_start + chunk_size, T_k)
+        scores = q @ k[k_start:k_stop].T / math.sqrt(d_k)  # (T_q, n_k): all queries against one key block
+        if causal:
+            future = torch.arange(k_start, k_stop)[None, :] > torch.arange(T_q)[:, None]
+            scores = scores.masked_fill(future, -math.inf)
+        m, l, acc = online_softmax_update(m, l, acc, scores, v[k_start:k_stop])
+    return acc / l[:, None], m + torch.log(l)
+"""},
+        must_fail=("test_chunked_attention_memory",),
+        message=r"T x chunk_size",
+    ),
+    Mutant(
         name="backward-no-scale",
         misconception="dq and dk miss the 1/sqrt(d_k) factor of S = Q K^T / sqrt(d_k)",
         cells={"attention_backward_from_lse": _backward(scale="1.0")},
@@ -291,6 +337,34 @@ ALTERNATIVES = [
         lse[q_start:q_stop] = m + l.log()
     return out.to(q.dtype), lse.to(q.dtype)
 '''},
+    ),
+    Alternative(
+        name="float64-copies-of-the-inputs",
+        description="q, k and v copied to float64 once, tiled over queries and keys in float64, cast back at the end: "
+                    "more memory by a constant factor, the same growth",
+        cells={"chunked_attention": _CHUNKED_DEF + """    dtype = q.dtype
+    q, k, v = q.double(), k.double(), v.double()  # (T, d) float64 copies of the inputs
+    T_q, d_k = q.shape
+    T_k, d_v = v.shape
+    out = torch.empty(T_q, d_v, dtype=torch.float64)
+    lse = torch.empty(T_q, dtype=torch.float64)
+    for q_start in range(0, T_q, chunk_size):
+        q_stop = min(q_start + chunk_size, T_q)
+        q_tile = q[q_start:q_stop] / math.sqrt(d_k)
+        m = q.new_full((q_stop - q_start,), -math.inf)
+        l = q.new_zeros(q_stop - q_start)
+        acc = q.new_zeros(q_stop - q_start, d_v)
+        for k_start in range(0, min(q_stop, T_k) if causal else T_k, chunk_size):
+            k_stop = min(k_start + chunk_size, T_k)
+            scores = q_tile @ k[k_start:k_stop].T
+            if causal:
+                future = torch.arange(k_start, k_stop)[None, :] > torch.arange(q_start, q_stop)[:, None]
+                scores = scores.masked_fill(future, -math.inf)
+            m, l, acc = online_softmax_update(m, l, acc, scores, v[k_start:k_stop])
+        out[q_start:q_stop] = acc / l[:, None]
+        lse[q_start:q_stop] = m + torch.log(l)
+    return out.to(dtype), lse.to(dtype)
+"""},
     ),
     Alternative(
         name="numpy",
