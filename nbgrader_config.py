@@ -22,7 +22,7 @@ c.Execute.interrupt_on_timeout = True
 c.Execute.shutdown_kernel = "immediate"
 c.Execute.extra_arguments = KERNEL_ARGS
 # About one widget cell in 120 otherwise waits the whole timeout for a reply that has arrived
-# (a lost ZeroMQ wake-up, measured in issue #9): the kernel's client polls in 0.25 s slices.
+# (a lost ZeroMQ wake-up, benchmarks/reply_stall.py): the kernel's client polls in 0.25 s slices.
 c.AsyncKernelManager.client_class = "mlbook_probe.polling.SlicedKernelClient"  # nbgrader fixes Execute's manager class
 
 # A student who deletes a test cell does not escape it: nbgrader puts it back.

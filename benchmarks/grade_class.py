@@ -90,10 +90,9 @@ def timed(command: list[str], cwd: Path, env: dict) -> tuple[float, int, int]:
 
 def gradebook_scores(course: Course) -> dict:
     """(lab, student) -> autograded score, as the gradebook holds it."""
-    import mlbook.nbgrader_env  # noqa: F401 (PATH for nbgrader's helper programs)
-    from nbgrader.api import Gradebook
+    from mlbook.nbgrader_env import gradebook
 
-    with Gradebook(course.db_url) as gb:
+    with gradebook(course) as gb:
         return {(a.name, s.student.id): round(s.code_score, 3) for a in gb.assignments for s in a.submissions}
 
 

@@ -14,7 +14,7 @@ import sys
 
 # jsonschema (imported by nbformat) builds an IRI grammar with lark when rfc3987_syntax is
 # installed: 2.7 s per process start, for "iri" format checks no notebook schema uses.
-# Measured in issue #9; marking the module absent skips those two checks and nothing else.
+# Marking the module absent skips those two checks and nothing else.
 sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[assignment]
 
 __version__ = "0.1.0"

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from .course import Course
 from .errors import MlbookError
+from .files import write_atomic
 from .nbgrader_env import api_for, failure_reason, in_course
 from .notebooks import read_authored, write_nb_atomic
 
@@ -59,5 +60,5 @@ def build_lab(course: Course, lab: str) -> Path:
     """Build one lab's source and release; returns the release notebook path."""
     build_source(course, lab)
     generate_release(course, lab, course.release(lab))
-    course.build_manifest(lab).write_text(json.dumps(manifest(course, lab), indent=1) + "\n")
+    write_atomic(course.build_manifest(lab), json.dumps(manifest(course, lab), indent=1) + "\n")
     return course.release(lab)

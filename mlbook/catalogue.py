@@ -12,10 +12,10 @@ cell not named keeps the reference solution, so a mutant isolates one mistake.
 
 from __future__ import annotations
 
-import importlib
 import re
 from dataclasses import dataclass, field
-from types import ModuleType
+
+from .labs import lab_module
 
 __all__ = ["Mutant", "Alternative", "Catalogue", "load_catalogue"]
 
@@ -60,18 +60,6 @@ class Catalogue:
     lab: str
     mutants: tuple[Mutant, ...] = field(default_factory=tuple)
     alternatives: tuple[Alternative, ...] = field(default_factory=tuple)
-
-
-def lab_module(lab: str, name: str) -> ModuleType:
-    """Import ``mlbook.labs.<lab>.<name>``, with a clear error when the lab has none."""
-    try:
-        return importlib.import_module(f"mlbook.labs.{lab}.{name}")
-    except ModuleNotFoundError as exc:
-        if exc.name and exc.name.startswith(f"mlbook.labs.{lab}"):
-            from .errors import MlbookError
-
-            raise MlbookError(f"lab {lab} has no grading module mlbook/labs/{lab}/{name}.py") from None
-        raise
 
 
 def load_catalogue(lab: str) -> Catalogue:

@@ -182,14 +182,14 @@ def cmd_release(args) -> int:
 
 
 def cmd_validate(args) -> int:
-    from .table import render
+    from .table import text_table
     from .validate import validate_notebook
 
     path = Path(args.notebook)
     if not path.is_file():
         raise MlbookError(f"no notebook at {path}")
     rows, seconds, warnings = validate_notebook(path.resolve())
-    print(render(["test", "points", "result"], [(r.grade_id, f"{r.points:g}", "pass" if r.passed else "FAIL")
+    print(text_table(["test", "points", "result"], [(r.grade_id, f"{r.points:g}", "pass" if r.passed else "FAIL")
                                                 for r in rows]))
     failed = [r for r in rows if not r.passed]
     if failed:

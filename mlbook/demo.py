@@ -26,7 +26,7 @@ from .grading import autograde_labs
 from .report import write_report
 from .results import collect
 from .status import ERROR, GRADED
-from .table import render
+from .table import text_table
 
 STUDENTS = ("demo-ada", "demo-ben", "demo-cleo", "demo-dev", "demo-eli", "demo-fay")
 
@@ -91,7 +91,7 @@ def run_demo(course: Course, labs: list[str], echo=print) -> int:
         rows.append(row)
     echo("")
     echo("Autograded points (written answers await a TA):")
-    echo(render(header, rows))
+    echo(text_table(header, rows))
     errors = [(lab, r) for lab in labs for r in results[lab].values() if r.status == ERROR]
     for lab, r in errors:
         echo(f"  {r.student} / {lab}: ERROR: {r.reason}")

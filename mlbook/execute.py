@@ -1,7 +1,9 @@
 """Execute a notebook top to bottom in a real Jupyter kernel and report what failed.
 
-Used by ``mlbook run`` (an instructor's "does my reference solution run, and how fast") and
-by ``mlbook validate``. Errors do not stop execution, like nbgrader's autograder.
+Used by ``mlbook validate`` (a student's check before handing in: the visible tests, in the
+student's own kernel, no sandbox). ``mlbook run`` grades the reference through the sandbox and
+the judge instead (``mlbook.sandbox.run``). Errors do not stop execution, like nbgrader's
+autograder.
 """
 
 from __future__ import annotations

@@ -28,9 +28,12 @@ grade``, ``error: <reason>``, or ``missing`` (no grade: not submitted, or not gr
 from __future__ import annotations
 
 import csv
+import io
 from pathlib import Path
 
 from .course import Course
+from .files import replacing, write_atomic
+from .nbgrader_env import gradebook
 from .results import SubmissionResult, collect
 from .status import ERROR, GRADED
 
@@ -62,12 +65,9 @@ def _pending(r: SubmissionResult) -> int:
 
 def _write_atomic(path: Path, table: list[list]) -> Path:
     """Write rows of cells as CSV so that readers see the old file or the new one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", newline="", encoding="utf-8") as handle:
-        csv.writer(handle).writerows(table)
-    tmp.replace(path)
-    return path
+    text = io.StringIO(newline="")
+    csv.writer(text).writerows(table)
+    return write_atomic(path, text.getvalue())
 
 
 def export_csv(course: Course, labs: list[str], path: Path | None = None) -> Path:
@@ -78,15 +78,11 @@ def export_csv(course: Course, labs: list[str], path: Path | None = None) -> Pat
 
 def export_nbgrader_csv(course: Course, labs: list[str], path: Path | None = None) -> Path:
     """Write nbgrader's own CSV export of ``labs`` (default ``exports/nbgrader.csv``); returns its path."""
-    from nbgrader.api import Gradebook
     from nbgrader.plugins import CsvExportPlugin
 
     path = path or course.exports_dir / "nbgrader.csv"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with Gradebook(course.db_url) as gb:
+    with replacing(path) as tmp, gradebook(course) as gb:
         CsvExportPlugin(to=str(tmp), assignment=list(labs)).export(gb)
-    tmp.replace(path)
     return path
 
 
@@ -102,11 +98,11 @@ def canvas_status(r: SubmissionResult | None) -> str:
 
 def canvas_table(course: Course, labs: list[str], canvas_ids: dict[str, str] | None = None) -> list[list[str]]:
     """The Canvas CSV as rows (header, Points Possible, one row per student); see the module docstring."""
-    from nbgrader.api import Gradebook, MissingEntry
+    from nbgrader.api import MissingEntry
 
     canvas_ids = canvas_ids or {}
     results = {lab: {r.student: r for r in collect(course, lab)} for lab in labs}
-    with Gradebook(course.db_url) as gb:
+    with gradebook(course) as gb:
         people = {s.id: (s.first_name, s.last_name, s.email, s.lms_user_id) for s in gb.students}
         points = []
         for lab in labs:

@@ -11,6 +11,7 @@ import html
 from pathlib import Path
 
 from .course import Course
+from .files import write_atomic
 from .nbgrader_env import api_for, failure_reason, in_course
 from .status import GRADED, StatusStore
 
@@ -29,11 +30,8 @@ save, and submit again. Your TA has been told about this submission.</p></body><
 
 
 def write_error_page(path: Path, lab: str, student: str, reason: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(_ERROR_PAGE.format(lab=html.escape(lab), student=html.escape(student),
-                                      reason=html.escape(reason or "unknown error")))
-    tmp.replace(path)
+    write_atomic(path, _ERROR_PAGE.format(lab=html.escape(lab), student=html.escape(student),
+                                          reason=html.escape(reason or "unknown error")))
 
 
 def generate_feedback(course: Course, lab: str, students: list[str] | None = None) -> list[Path]:

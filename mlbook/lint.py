@@ -10,7 +10,6 @@ import nbformat
 
 import json
 import re
-from pathlib import Path
 from typing import Callable
 
 from nbformat import NotebookNode
@@ -19,11 +18,14 @@ from .build import manifest
 from .catalogue import load_catalogue
 from .course import Course
 from .errors import MlbookError
+from .labs import settings
 from .notebooks import (
     BEGIN_HIDDEN,
     BEGIN_SOLUTION,
     END_HIDDEN,
     END_SOLUTION,
+    HIDDEN,
+    SOLUTION,
     has_hidden_tests,
     is_answer,
     is_test,
@@ -31,6 +33,8 @@ from .notebooks import (
     nbgrader_meta,
     read_authored,
     read_nb,
+    split_blocks,
+    visible_text,
 )
 
 Rule = Callable[[Course, str, NotebookNode], list[str]]
@@ -55,21 +59,12 @@ def points_are_declared(course: Course, lab: str, source: NotebookNode) -> list[
                 problems.append(f"graded cell {gid!r} has points {points!r}")
             else:
                 total += points
-    declared = getattr(_lab_package(lab), "TOTAL_POINTS", None)
+    declared = settings(lab).total_points
     if declared is None:
         problems.append(f"mlbook/labs/{lab}/__init__.py declares no TOTAL_POINTS")
     elif abs(total - declared) > 1e-9:
         problems.append(f"cells add up to {total:g} points but TOTAL_POINTS is {declared}")
     return problems
-
-
-def _lab_package(lab: str):
-    import importlib
-
-    try:
-        return importlib.import_module(f"mlbook.labs.{lab}")
-    except ModuleNotFoundError:
-        raise MlbookError(f"lab {lab} has no grading package mlbook/labs/{lab}/") from None
 
 
 def no_outputs_in_authored(course: Course, lab: str, source: NotebookNode) -> list[str]:
@@ -103,7 +98,7 @@ def hidden_cells_say_what_they_check(course: Course, lab: str, source: NotebookN
     for gid, cell in iter_nbgrader_cells(source):
         if not has_hidden_tests(cell):
             continue
-        if not _visible_text(cell.source).strip():
+        if not visible_text(cell.source).strip():
             problems.append(f"test cell {gid!r} is all hidden: students see an empty locked cell; "
                             "add a comment above the block saying what it checks")
     return problems
@@ -132,8 +127,8 @@ def release_is_clean(course: Course, lab: str, source: NotebookNode) -> list[str
                 if m in release_text]
     given = _given_text(source)  # lines students are meant to see (outside every secret block)
     for gid, cell in iter_nbgrader_cells(source):
-        for block in _blocks(cell.source, BEGIN_SOLUTION, END_SOLUTION) + _blocks(cell.source, BEGIN_HIDDEN, END_HIDDEN):
-            for line in block:
+        for block in split_blocks(cell.source, SOLUTION)[1] + split_blocks(cell.source, HIDDEN)[1]:
+            for line in block.splitlines():
                 text = line.strip()
                 if len(text) >= 25 and text in release_text and text not in given:
                     problems.append(f"release contains a line of {gid!r}'s solution or hidden tests: {text[:60]!r}")
@@ -142,33 +137,7 @@ def release_is_clean(course: Course, lab: str, source: NotebookNode) -> list[str
 
 def _given_text(source: NotebookNode) -> str:
     """The source notebook's text with every solution and hidden-test block removed."""
-    return "\n".join(_visible_text(cell.source) for cell in source.cells)
-
-
-def _visible_text(text: str) -> str:
-    """One cell's text without its solution and hidden-test blocks: what the release shows of it."""
-    kept, inside = [], False
-    for line in text.splitlines():
-        if BEGIN_SOLUTION in line or BEGIN_HIDDEN in line:
-            inside = True
-        elif END_SOLUTION in line or END_HIDDEN in line:
-            inside = False
-        elif not inside:
-            kept.append(line)
-    return "\n".join(kept)
-
-
-def _blocks(text: str, begin: str, end: str) -> list[list[str]]:
-    blocks, current = [], None
-    for line in text.splitlines():
-        if begin in line:
-            current = []
-        elif end in line and current is not None:
-            blocks.append(current)
-            current = None
-        elif current is not None:
-            current.append(line)
-    return blocks
+    return "\n".join(visible_text(cell.source) for cell in source.cells)
 
 
 def release_in_sync(course: Course, lab: str, source: NotebookNode) -> list[str]:
@@ -203,7 +172,7 @@ def every_test_is_judged(course: Course, lab: str, source: NotebookNode) -> list
     from .sandbox.plan import plan_from_text
 
     plan = plan_from_text(lab, nbformat.writes(source))
-    declared = getattr(_lab_package(lab), "COVERED_BY", {})  # an explicit () says: checks answer data only
+    declared = settings(lab).covered_by  # an explicit () says: checks answer data only
     problems = []
     for gid, cell in plan.cells.items():
         hidden = BEGIN_HIDDEN in cell.source
@@ -224,8 +193,8 @@ def helpers_hold_no_solutions(course: Course, lab: str, source: NotebookNode) ->
                         for p in (course.root / pkg).rglob("*.py"))
     problems = []
     for gid, cell in iter_nbgrader_cells(source):
-        for block in _blocks(cell.source, BEGIN_SOLUTION, END_SOLUTION):
-            for line in block:
+        for block in split_blocks(cell.source, SOLUTION)[1]:
+            for line in block.splitlines():
                 stripped = line.split("#")[0].strip()
                 if len(stripped) >= 30 and stripped in helpers:
                     problems.append(f"mlbook_helpers contains a line of {gid!r}'s solution: {stripped[:60]!r}")

@@ -1,7 +1,11 @@
 """The one place mlbook talks to nbgrader's application layer.
 
 nbgrader reads its configuration from the working directory and writes paths relative to
-the course root, so every call runs inside ``in_course`` with an API built by ``api_for``.
+the course root, so every call runs inside ``in_course`` with an API built by ``api_for``, and
+every gradebook is opened by ``gradebook``. Each of them first calls ``install``: what mlbook
+changes in nbgrader's process-wide state, done once, on purpose, not as a side effect of an
+import (the environment's programs on PATH, a warning filter, two measured speed-ups of
+nbgrader's recording).
 """
 
 from __future__ import annotations
@@ -20,20 +24,39 @@ from traitlets.config.loader import PyFileConfigLoader
 from .course import CONFIG_NAME, Course
 from .errors import MlbookError
 
-# nbgrader starts helper programs (alembic, for gradebook migrations) by name: make sure the
-# environment mlbook runs from is on PATH even when it was not activated.
-_BIN = str(Path(sys.executable).parent)
-# nbgrader 0.9.6 reads gradebook relationships outside its session; sqlalchemy warns on every
-# submission. The warning is about nbgrader's code, not the course: keep it off the TA's screen.
-warnings.filterwarnings("ignore", message=r".*not in session, add operation along", module=r"nbgrader\.")
-if _BIN not in os.environ.get("PATH", "").split(os.pathsep):
-    os.environ["PATH"] = _BIN + os.pathsep + os.environ.get("PATH", "")
+_installed = False
+
+
+def install() -> None:
+    """Prepare this process for nbgrader (idempotent)."""
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    # nbgrader starts helper programs (alembic, for gradebook migrations) by name: the
+    # environment mlbook runs from must be on PATH even when it was not activated.
+    bin_dir = str(Path(sys.executable).parent)
+    if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
+    # nbgrader 0.9.6 reads gradebook relationships outside its session; sqlalchemy warns on
+    # every submission. The warning is about nbgrader's code, not the course.
+    warnings.filterwarnings("ignore", message=r".*not in session, add operation along", module=r"nbgrader\.")
+    _check_nbgrader_schema_once()
+    _one_engine_per_database()
+
+
+def gradebook(course: Course):
+    """nbgrader's ``Gradebook`` of the course (a context manager, as nbgrader's own)."""
+    install()
+    from nbgrader.api import Gradebook
+
+    return Gradebook(course.db_url)
 
 
 def _check_nbgrader_schema_once() -> None:
     """nbgrader validates every cell's metadata with ``jsonschema.validate``, which checks the
     schema itself against its metaschema on every call: about 5 ms per cell, half of recording
-    one graded notebook (measured in issue #9). The schema is nbgrader's own file; check it the
+    one graded notebook. The schema is nbgrader's own file; check it the
     first time it is seen and keep its validator. Same errors, same messages."""
     import json
     import types
@@ -60,8 +83,7 @@ def _check_nbgrader_schema_once() -> None:
 def _one_engine_per_database() -> None:
     """nbgrader opens a new ``Gradebook``, and with it a new SQLAlchemy engine, several times per
     notebook it records, so no query is ever served from an engine's compiled-statement cache:
-    each of the ~150 lookups per notebook is compiled afresh (a third of recording, measured in
-    issue #9). Keep one engine per database URL; ``Gradebook.close`` still disposes of its
+    each of the ~150 lookups per notebook is compiled afresh (a third of recording). Keep one engine per database URL; ``Gradebook.close`` still disposes of its
     connections, and sessions stay per ``Gradebook``."""
     import nbgrader.api
 
@@ -77,12 +99,10 @@ def _one_engine_per_database() -> None:
     nbgrader.api.create_engine = create_engine
 
 
-_check_nbgrader_schema_once()
-_one_engine_per_database()
-
 
 def load_config(course: Course) -> Config:
     """The course's ``nbgrader_config.py`` with the root pinned to the course folder."""
+    install()
     try:
         config = PyFileConfigLoader(CONFIG_NAME, path=str(course.root)).load_config()
     except Exception as exc:
@@ -93,6 +113,7 @@ def load_config(course: Course) -> Config:
 
 @contextlib.contextmanager
 def in_course(course: Course) -> Iterator[None]:
+    install()
     previous = Path.cwd()
     os.chdir(course.root)
     try:
@@ -103,6 +124,7 @@ def in_course(course: Course) -> Iterator[None]:
 
 def api_for(course: Course, quiet: bool = True):
     """An ``NbGraderAPI`` for the course. nbgrader's own log goes to the call's result dict."""
+    install()
     from nbgrader.apps import NbGraderAPI
 
     api = NbGraderAPI(config=load_config(course))

@@ -20,10 +20,11 @@ import nbformat
 from nbformat import NotebookNode
 
 from .errors import MlbookError
+from .files import write_atomic
 
 BEGIN_SOLUTION, END_SOLUTION = "### BEGIN SOLUTION", "### END SOLUTION"
 BEGIN_HIDDEN, END_HIDDEN = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
-_DELIMITER_LINE = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n?", re.MULTILINE)
+SOLUTION, HIDDEN = (BEGIN_SOLUTION, END_SOLUTION), (BEGIN_HIDDEN, END_HIDDEN)
 
 # jupytext's own bookkeeping that must not reach nbgrader's notebooks
 _JUPYTEXT_CELL_KEYS = ("lines_to_next_cell", "lines_to_end_of_cell_marker", "cell_marker", "title")
@@ -45,6 +46,43 @@ def is_test(cell: NotebookNode) -> bool:
 
 def has_hidden_tests(cell: NotebookNode) -> bool:
     return BEGIN_HIDDEN in cell.source
+
+
+def split_blocks(text: str, delimiters: tuple[str, str]) -> tuple[str, list[str]]:
+    """(``text`` outside its delimited blocks, each block's text), the delimiter lines dropped.
+
+    The one parser of nbgrader's delimiters here. A delimiter is any line that contains it, as
+    nbgrader reads them; lines keep their line ends, so the outside text of a cell without
+    blocks is the cell itself.
+
+    Args:
+        text: a cell's source.
+        delimiters: ``SOLUTION`` or ``HIDDEN``.
+    """
+    begin, end = delimiters
+    outside, blocks, current = [], [], None
+    for line in text.splitlines(keepends=True):
+        if begin in line:
+            current = []
+        elif end in line and current is not None:
+            blocks.append("".join(current))
+            current = None
+        elif current is not None:
+            current.append(line)
+        elif end not in line:
+            outside.append(line)
+    return "".join(outside), blocks
+
+
+def visible_text(text: str) -> str:
+    """A cell's text without its solution and hidden-test blocks: what the release shows of it."""
+    return split_blocks(split_blocks(text, SOLUTION)[0], HIDDEN)[0]
+
+
+def without_delimiters(text: str) -> str:
+    """A cell's text with its solution delimiter lines dropped (what a perfect student writes)."""
+    return "".join(line for line in text.splitlines(keepends=True) if BEGIN_SOLUTION not in line
+                   and END_SOLUTION not in line)
 
 
 def grade_id(cell: NotebookNode) -> str | None:
@@ -112,7 +150,7 @@ def iter_nbgrader_cells(nb: NotebookNode) -> Iterator[tuple[str, NotebookNode]]:
 def reference_answers(source_nb: NotebookNode) -> dict[str, str]:
     """Answer grade_id -> the answer a perfect student writes: the cell with its delimiters removed."""
     return {
-        gid: _DELIMITER_LINE.sub("", cell.source)
+        gid: without_delimiters(cell.source)
         for gid, cell in iter_nbgrader_cells(source_nb)
         if is_answer(cell)
     }
@@ -139,8 +177,5 @@ def read_nb(path: Path) -> NotebookNode:
 
 def write_nb_atomic(nb: NotebookNode, path: Path) -> None:
     """Write a notebook so that readers see the old file or the new one, never half of one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        nbformat.write(nb, handle)
-    tmp.replace(path)
+    text = nbformat.writes(nb)
+    write_atomic(path, text if text.endswith("\n") else text + "\n")  # as nbformat.write ends a file

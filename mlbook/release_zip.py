@@ -29,6 +29,7 @@ from nbformat import NotebookNode
 
 from .course import Course
 from .errors import MlbookError
+from .files import write_atomic
 from .notebooks import read_nb
 
 HELPERS = "mlbook_helpers"
@@ -192,9 +193,4 @@ def zip_bytes(files: dict[str, bytes]) -> bytes:
 
 def write_release_zip(course: Course, lab: str, path: Path | None = None) -> Path:
     """Write the lab's LMS zip (default ``exports/release/<lab>.zip``) atomically; returns its path."""
-    path = path or default_path(course, lab)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(zip_bytes(expected_files(course, lab)))
-    tmp.replace(path)
-    return path
+    return write_atomic(path or default_path(course, lab), zip_bytes(expected_files(course, lab)))

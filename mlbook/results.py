@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from .course import Course
 from .notebooks import grade_id, is_test, read_nb
 from .preprocessors import cell_failure
-from .status import ERROR, GRADED, MISSING, StatusStore
+from .status import GRADED, MISSING, StatusStore
 
 
 @dataclass
@@ -65,12 +65,14 @@ def cell_messages(course: Course, lab: str, student: str) -> dict[str, str]:
 
 def collect(course: Course, lab: str, students: list[str] | None = None) -> list[SubmissionResult]:
     """One result per student with a submission (or per given student) for ``lab``."""
-    from nbgrader.api import Gradebook, MissingEntry
+    from nbgrader.api import MissingEntry
+
+    from .nbgrader_env import gradebook
 
     students = students if students is not None else course.students(lab)
     store = StatusStore(course.status_file)
     results = []
-    with Gradebook(course.db_url) as gb:
+    with gradebook(course) as gb:
         for student in students:
             attempt = store.get(lab, student)
             result = SubmissionResult(lab, student, attempt.status, attempt.reason, attempt.seconds,
@@ -95,9 +97,3 @@ def collect(course: Course, lab: str, students: list[str] | None = None) -> list
             results.append(result)
     return results
 
-
-def status_counts(results: list[SubmissionResult]) -> dict[str, int]:
-    counts = {GRADED: 0, ERROR: 0, MISSING: 0}
-    for r in results:
-        counts[r.status] = counts.get(r.status, 0) + 1
-    return counts

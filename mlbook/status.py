@@ -10,10 +10,11 @@ loses at most the student it was grading.
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from .files import write_atomic
 
 GRADED, ERROR, MISSING = "graded", "error", "missing"
 
@@ -53,10 +54,4 @@ class StatusStore:
     def record(self, attempt: Attempt) -> None:
         attempt.finished_at = attempt.finished_at or time.time()
         self._entries[self._key(attempt.lab, attempt.student)] = attempt
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
-        with open(tmp, "w") as f:
-            f.write(json.dumps({k: asdict(v) for k, v in sorted(self._entries.items())}, indent=1))
-            f.flush()
-            os.fsync(f.fileno())
-        tmp.replace(self.path)
+        write_atomic(self.path, json.dumps({k: asdict(v) for k, v in sorted(self._entries.items())}, indent=1))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Sequence
 
 
-def render(header: Sequence[str], rows: Sequence[Sequence[object]], max_width: int = 70) -> str:
+def text_table(header: Sequence[str], rows: Sequence[Sequence[object]], max_width: int = 70) -> str:
     cells = [[str(h) for h in header]] + [[str(c) for c in row] for row in rows]
     cells = [[c if len(c) <= max_width else c[: max_width - 1] + "…" for c in row] for row in cells]
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]

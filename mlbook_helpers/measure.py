@@ -53,11 +53,6 @@ class PeakMemory:
     numpy_bytes: int
     torch_bytes: int
 
-    @property
-    def mib(self) -> float:
-        """The peak in MiB (2**20 bytes)."""
-        return self.bytes / 2**20
-
     def __str__(self) -> str:
         parts = f"numpy {format_bytes(self.numpy_bytes)}, torch {format_bytes(self.torch_bytes)}"
         return f"{format_bytes(self.bytes)} ({parts})"

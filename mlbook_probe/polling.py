@@ -1,7 +1,7 @@
 """How every notebook execution here talks to its kernel: its arguments, and waits on its
 channels in short polls (the fix for a lost ZeroMQ wake-up).
 
-Measured in issue #9 (``benchmarks/reply_stall.py``): about one cell in 120 of a widget-heavy
+Measured by ``benchmarks/reply_stall.py``: about one cell in 120 of a widget-heavy
 notebook (lab 1's explorer) waited the whole cell timeout for an ``execute_reply`` its kernel had
 already sent (the kernel's ``status: idle`` had arrived on iopub; the kernel sat idle in
 ``select``). The wake-up for the reply is lost inside the client's asyncio poll of the ZeroMQ

@@ -17,7 +17,6 @@ import contextlib
 import functools
 import io
 import os
-import time
 import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from dataclasses import dataclass
 from mlbook.catalogue import load_catalogue
 from mlbook.notebooks import grade_id, is_answer, is_test, read_authored, reference_answers
 
+from draw_costs import COSTS
 from harness import REPO
 
 
@@ -78,18 +78,27 @@ def _run(source: str, namespace: dict) -> str | None:
     return None
 
 
+def draw_count(lab: str, cell: str, most: int, seconds_per_cell: float, least: int = 10) -> int:
+    """How many seeds a test cell runs on: ``most`` for a cheap check (where tolerances bite),
+    fewer for a costly one (a check that trains a model), from its cost frozen in
+    ``draw_costs.COSTS``, never fewer than ``least``. The same on every machine."""
+    cost = COSTS.get(lab, {}).get(cell)
+    if cost is None:
+        return most
+    return max(least, min(most, int(seconds_per_cell / cost)))
+
+
 def failing_draws(lab: str, answers: dict[str, str], draws: int, cells: Iterable[str] | None = None,
-                  seconds_per_cell: float = 0.4, min_draws: int = 10) -> tuple[list[DrawFailure], dict[str, int]]:
+                  seconds_per_cell: float = 0.4) -> tuple[list[DrawFailure], dict[str, int]]:
     """Run a solution's notebook once, then its test cells on seeded draws.
 
     The first pass (``MLBOOK_SEED=0``) builds the namespace as a kernel would. Then each test
-    cell (or only those named in ``cells``) is re-run with seeds 1, 2, ... up to ``draws`` seeds
-    in all, stopping early once it has used ``seconds_per_cell`` and run ``min_draws``: cheap
-    numeric checks, where tolerances bite, get every draw; a check that trains a model gets
-    ``min_draws``.
+    cell (or only those named in ``cells``) is re-run with seeds 1, 2, ... up to ``draw_count``
+    seeds in all (at most ``draws``; fewer for a costly cell, about ``seconds_per_cell`` of its
+    frozen cost).
 
     Returns:
-        (the failing (cell, seed) pairs with their messages, cell -> seeds it ran on).
+        (the failing (cell, seed) pairs with their messages, cell -> how many seeds it ran on).
     """
     import matplotlib
 
@@ -117,13 +126,12 @@ def failing_draws(lab: str, answers: dict[str, str], draws: int, cells: Iterable
     for gid, source in tests:
         if wanted is not None and gid not in wanted:
             continue
-        started, seed = time.perf_counter(), 1
-        while seed < draws and (seed < min_draws or time.perf_counter() - started < seconds_per_cell):
+        count = draw_count(lab, gid, draws, seconds_per_cell)  # seeds 0 (the first pass) to count - 1
+        for seed in range(1, count):
             with _seed(seed):
                 error = _run(source, namespace)
             plt.close("all")
             if error:
                 failures.append(DrawFailure(gid, seed, error))
-            seed += 1
-        ran[gid] = seed
+        ran[gid] = count
     return failures, ran

@@ -29,6 +29,15 @@ Extra = Callable[[Course, str, str], None]
 EXTRAS: dict[str, dict[str, Extra]] = {}
 
 
+def add_extras(lab: str, **extras: Extra) -> None:
+    """Ride extra submissions along in ``lab``'s graded batch (any test module, any import order)."""
+    mine = EXTRAS.setdefault(lab, {})
+    for student, place in extras.items():
+        if mine.get(student, place) is not place:
+            raise ValueError(f"two test modules add the extra student {student!r} to {lab}")
+        mine[student] = place
+
+
 @dataclass
 class GradedLab:
     lab: str

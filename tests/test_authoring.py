@@ -73,3 +73,20 @@ def test_an_all_hidden_test_cell_is_flagged_and_a_commented_one_is_not():
     problems = hidden_cells_say_what_they_check(REPO, LABS[0], source_with(hidden))
     assert problems and "test_x_hidden" in problems[0]
     assert not hidden_cells_say_what_they_check(REPO, LABS[0], source_with("# Hidden tests: f on fresh inputs.\n" + hidden))
+
+
+def test_the_authoring_guide_names_every_lint_rule():
+    from mlbook.lint import RULES
+
+    guide = (REPO.root / "docs" / "authoring.md").read_text()
+    missing = [rule.__name__ for rule in RULES if f"`{rule.__name__}`" not in guide]
+    assert not missing, f"docs/authoring.md does not explain the lint rules {missing}"
+
+
+def test_one_parser_reads_the_delimiters():
+    from mlbook.notebooks import HIDDEN, SOLUTION, split_blocks, visible_text
+
+    cell = "a\n### BEGIN SOLUTION\nb\n### END SOLUTION\nc\n### BEGIN HIDDEN TESTS\nd\n### END HIDDEN TESTS\n"
+    assert split_blocks(cell, SOLUTION) == ("a\nc\n### BEGIN HIDDEN TESTS\nd\n### END HIDDEN TESTS\n", ["b\n"])
+    assert split_blocks(cell, HIDDEN)[1] == ["d\n"]
+    assert visible_text(cell) == "a\nc\n"

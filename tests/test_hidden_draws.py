@@ -4,7 +4,10 @@ Grading draws new inputs on every run, so a tolerance that is wrong on one draw 
 hundred fails a correct student now and then (it happened to lab 1's float32 alternative:
 one draw in 300). Here every correct solution must pass every test cell, and every mutant
 must fail the cells it names, on many seeded draws, run in-process (no kernel), so such a
-tolerance fails CI deterministically instead of grading unfairly at random.
+tolerance fails CI deterministically instead of grading unfairly at random. How many seeds
+each cell runs on is fixed (``draws.draw_count``, from the costs frozen in ``draw_costs``), so
+the same seeds run on every machine. To refresh the costs after a check changes its price: time
+one draw of each test cell of the reference solution in-process and list those over 2 ms.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from draws import failing_draws, solutions
 from harness import LABS
 from mlbook.catalogue import load_catalogue
 
-CORRECT_DRAWS = 250  # per test cell for cheap checks; one that trains a model gets at least 10
+CORRECT_DRAWS = 250  # per test cell for cheap checks; a costly one (it trains a model) gets at least 10
 MUTANT_DRAWS = 25
 
 

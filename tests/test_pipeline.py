@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from harness import EXTRAS, REPO, scratch_course
+from harness import REPO, add_extras, scratch_course
 from mlbook import submissions
 from mlbook.course import Course
 from mlbook.notebooks import grade_id, read_nb
@@ -59,7 +59,7 @@ def _dead_kernel(course: Course, student: str, lab: str) -> None:
     submissions.submit(course, student, lab, submissions.reference(course, lab, {"hand_token0": dying}))
 
 
-EXTRAS[LAB] = {"noisy": _noisy, "deleted-tests": _deleted_tests, "corrupt": _corrupt, "dead-kernel": _dead_kernel}
+add_extras(LAB, **{"noisy": _noisy, "deleted-tests": _deleted_tests, "corrupt": _corrupt, "dead-kernel": _dead_kernel})
 
 
 @pytest.mark.slow

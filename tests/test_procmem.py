@@ -118,3 +118,14 @@ def test_the_peer_of_a_socket_is_the_process_that_connected_it():
     with ours, theirs:
         assert procmem.socket_peer(ours) == os.getpid()
         procmem.require_in_tree(os.getpid(), procmem.socket_peer(ours))
+
+
+def test_a_child_already_ended_but_not_reaped_is_not_measured_and_breaks_nothing():
+    zombie = subprocess.Popen([sys.executable, "-c", "pass"])  # ends at once; reaped only below
+    while procmem._memory(zombie.pid) is not None:
+        pass
+    try:
+        _, grown = procmem.measure(os.getpid(), _filled, 32 * MiB)
+        assert grown >= 32 * 2**20
+    finally:
+        zombie.wait()

@@ -12,11 +12,10 @@ from __future__ import annotations
 import csv
 import time
 from html.parser import HTMLParser
-from pathlib import Path
 
 import pytest
 
-from harness import EXTRAS
+from harness import add_extras
 from mlbook import submissions
 from mlbook.course import Course
 from mlbook.status import ERROR, GRADED, StatusStore
@@ -30,7 +29,7 @@ def _corrupt(course: Course, student: str, lab: str) -> None:
     submissions.submit(course, student, lab, raw=submissions.corrupt_text(course, lab))
 
 
-EXTRAS.setdefault(LAB, {})[CORRUPT] = _corrupt
+add_extras(LAB, **{CORRUPT: _corrupt})
 
 
 class DataElements(HTMLParser):

@@ -53,8 +53,8 @@ def _wait(client, timeout):
 
 
 def test_no_module_runs_a_notebook_with_a_plain_nbclient():
-    """``mlbook run``/``validate`` once used nbclient's own client, and a CI run lost 300 s to
-    the stall the sliced polls fix; every client the project builds must be a sliced one."""
+    """A plain nbclient client can wait out a whole cell timeout for a reply already sent (the
+    stall the sliced polls fix): every client the project builds must be a sliced one."""
     root = Path(__file__).resolve().parent.parent
     plain = []
     for path in [*root.glob("mlbook/**/*.py"), *root.glob("mlbook_probe/**/*.py")]:

@@ -15,7 +15,7 @@ What is graded is a private copy the grader writes under ``autograded/.intake/<s
 the notebook (a renamed one is matched by its grade ids and copied under the expected name),
 the files a lab declares in ``EXTRA_FILES`` (``mlbook/labs/<lab>/__init__.py``; none today) and
 nbgrader's ``timestamp.txt`` (read for late penalties, never copied on). nbgrader's autograder
-reads that copy (``record.recording_api``), so nothing else in the student's folder reaches
+reads that copy (``record.Recorder``), so nothing else in the student's folder reaches
 ``autograded/`` or ``feedback/``, and the grader never writes into ``submitted/``.
 """
 
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import importlib
 import json
 import os
 import shutil
@@ -32,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..course import Course, student_id_problem
+from ..labs import settings
 from ..notebooks import grade_id
 
 INTAKE = "autograded/.intake"
@@ -72,15 +72,7 @@ def discard(course: Course, student: str, lab: str) -> None:
 
 def extra_files(lab: str) -> tuple[str, ...]:
     """Files besides the notebook that ``lab`` grades (``EXTRA_FILES`` in its package; none by default)."""
-    try:
-        module = importlib.import_module(f"mlbook.labs.{lab}")
-    except ImportError:
-        return ()
-    names = tuple(getattr(module, "EXTRA_FILES", ()))
-    for name in names:
-        if not name or name in (".", "..") or "/" in name or "\0" in name or name.endswith(".ipynb"):
-            raise ValueError(f"{lab}: EXTRA_FILES names a file by a plain name, not a notebook: {name!r}")
-    return names
+    return settings(lab).extra_files
 
 
 def take(course: Course, lab: str, student: str, max_bytes: int) -> Intake:

@@ -18,17 +18,16 @@ student who calls the library function still earns what the hidden checks give; 
 from __future__ import annotations
 
 import ast
-import importlib
 
 from nbformat import NotebookNode
 
+from ..labs import settings
 from ..notebooks import grade_id, is_answer
 
 
 def forbidden_calls(lab: str) -> dict[str, tuple[str, ...]]:
     """The lab's rule: answer cell grade id -> names its code must not use."""
-    settings = importlib.import_module(f"mlbook.labs.{lab}")
-    return {gid: tuple(names) for gid, names in getattr(settings, "FORBIDDEN_CALLS", {}).items()}
+    return settings(lab).forbidden_calls
 
 
 def shortcuts(lab: str, nb: NotebookNode) -> str:

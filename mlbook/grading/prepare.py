@@ -36,7 +36,6 @@ class Job:
         notebook: the sanitized notebook (None when ``error`` is set).
         key: ``job_key(notebook)``.
         error: why the submission cannot be run at all (it is recorded as an error).
-        warning: something a TA should know although grading goes on.
     """
 
     lab: str
@@ -44,7 +43,6 @@ class Job:
     notebook: NotebookNode | None
     key: str = ""
     error: str = ""
-    warning: str = ""
 
 
 def job_key(nb: NotebookNode) -> str:

@@ -2,9 +2,10 @@
 
 Recording is nbgrader's own autograder with one part swapped: ``SandboxedExecute`` takes the
 place of nbgrader's ``Execute``. It does not start a kernel; it takes the result the sandbox
-already produced for this exact notebook (``Job.key``) and copies its outputs in, with the test
-cells' outputs set from the judge's verdicts (``verdicts.apply``). nbgrader then scores the
-cells, writes the gradebook and the autograded notebook as usual.
+already produced for this exact notebook (``Job.key``), handed to it by the ``Recorder`` that
+called nbgrader, with the lab's plan, and copies its outputs in, with the test cells' outputs
+set from the judge's verdicts (``verdicts.apply``). nbgrader then scores the cells, writes the
+gradebook and the autograded notebook as usual.
 
 Writes are atomic per submission: nbgrader writes into ``autograded/.staging``; only a complete
 result is moved into ``autograded/<student>/<lab>``, and the status file says ``graded`` after
@@ -20,14 +21,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 from nbgrader.preprocessors import NbGraderPreprocessor
 
 from ..course import Course
 from ..nbgrader_env import api_for, failure_reason, in_course
-from ..sandbox.plan import lab_plan
+from ..sandbox.plan import LabPlan
 from ..sandbox.run import SandboxResult
 from . import verdicts
 from .intake import INTAKE, TIMESTAMP
@@ -35,34 +36,81 @@ from .prepare import job_key
 
 STAGING = "autograded/.staging"
 
-# Results handed from the executors to SandboxedExecute, by job key (one writer process).
-_results: dict[str, SandboxResult] = {}
-_results_lock = threading.Lock()
-
 
 class SubmissionFailed(Exception):
     """The submission failed as a whole; the message is the reason."""
 
 
 class SandboxedExecute(NbGraderPreprocessor):
-    """nbgrader's Execute, replaced: the outputs come from the sandbox, the verdicts from the judge."""
+    """nbgrader's Execute, replaced: the outputs come from the sandbox, the verdicts from the judge.
+    Each ``Recorder`` makes its own subclass whose ``recorder`` is itself (nbgrader instantiates
+    the classes its configuration names; a class is how an object reaches the instance)."""
+
+    recorder: "Recorder"
 
     def preprocess(self, nb, resources):
-        lab = resources["nbgrader"]["assignment"]
-        with _results_lock:
-            result = _results.pop(job_key(nb), None)
-        if result is None:
-            raise SubmissionFailed("no sandbox result for this notebook (it changed after it was prepared)")
-        if result.error:
-            raise SubmissionFailed(result.error)
-        plan = lab_plan(lab, Path.cwd() / "source" / lab / f"{lab}.ipynb")
+        result, plan = self.recorder.expected(nb)
         nb = verdicts.apply(nb, result.notebook, plan, result.verdicts)
         return nb, resources
 
 
-def recording_api(course: Course):
-    """An nbgrader API whose autograder reads the private intake copies, runs SandboxedExecute
-    and writes into the staging folder."""
+@dataclass
+class _Pending:
+    key: str
+    result: SandboxResult
+    plan: LabPlan
+
+
+class Recorder:
+    """Records sandbox results in nbgrader's gradebook, one at a time (the one writer).
+
+    Args:
+        course: the course whose gradebook and ``autograded/`` folder receive the results.
+    """
+
+    def __init__(self, course: Course):
+        self.course = course
+        self._pending: _Pending | None = None
+        self.api = _recording_api(course, type("SandboxedExecute", (SandboxedExecute,), {"recorder": self}))
+
+    def record(self, lab: str, student: str, key: str, result: SandboxResult, plan: LabPlan) -> str | None:
+        """Record one result; returns None on success, else the reason it failed.
+
+        Args:
+            key: ``prepare.job_key`` of the notebook the sandbox ran; nbgrader's sanitized copy
+                must have the same, or the result is not this notebook's.
+            result: what the sandbox and the judge produced.
+            plan: the lab's plan the judge used (which cells each verdict covers).
+        """
+        course = self.course
+        self._pending = _Pending(key, result, plan)
+        staged = course.root / STAGING / student / lab
+        try:
+            with in_course(course):
+                outcome = self.api.autograde(lab, student, force=True, create=True)
+        except Exception as exc:  # nbgrader raised instead of reporting: still only this student
+            outcome = {"success": False, "error": f"{type(exc).__name__}: {exc}"}
+        finally:
+            self._pending = None
+        if not outcome.get("success") or not (staged / f"{lab}.ipynb").is_file():
+            shutil.rmtree(staged, ignore_errors=True)
+            return result.error or _reason(outcome)
+        publish(staged, course.autograded(student, lab).parent)
+        return None
+
+    def expected(self, nb) -> tuple[SandboxResult, LabPlan]:
+        """The result being recorded, for nbgrader's sanitized copy ``nb`` of its notebook."""
+        pending = self._pending
+        if pending is None or pending.key != job_key(nb):
+            raise SubmissionFailed("no sandbox result for this notebook (it changed after it was prepared)")
+        if pending.result.error:
+            raise SubmissionFailed(pending.result.error)
+        return pending.result, pending.plan
+
+
+def _recording_api(course: Course, execute: type[SandboxedExecute]):
+    """An nbgrader API whose autograder reads the private intake copies, runs ``execute`` in
+    place of a kernel and writes into the staging folder."""
     from nbconvert.preprocessors import ClearMetadataPreprocessor
     from nbgrader.apps import NbGraderAPI
     from nbgrader.preprocessors import AssignLatePenalties, CheckCellMetadata, IgnorePattern, LimitOutput, SaveAutoGrades
@@ -73,31 +121,11 @@ def recording_api(course: Course):
     config.CourseDirectory.submitted_directory = INTAKE
     # nbgrader reads timestamp.txt for late penalties; it is not a file of the graded notebook
     config.CourseDirectory.ignore = [*api.coursedir.ignore, TIMESTAMP]
-    config.Autograde.autograde_preprocessors = [SandboxedExecute, IgnorePattern, ClearMetadataPreprocessor,
+    config.Autograde.autograde_preprocessors = [execute, IgnorePattern, ClearMetadataPreprocessor,
                                                 LimitOutput, SaveAutoGrades, AssignLatePenalties, CheckCellMetadata]
     recorded = NbGraderAPI(config=config)
     recorded.log = api.log
     return recorded
-
-
-def record(course: Course, api, lab: str, student: str, key: str, result: SandboxResult) -> str | None:
-    """Record one result; returns None on success, else the reason it failed."""
-    with _results_lock:
-        _results[key] = result
-    staged = course.root / STAGING / student / lab
-    try:
-        with in_course(course):
-            outcome = api.autograde(lab, student, force=True, create=True)
-    except Exception as exc:  # nbgrader raised instead of reporting: still only this student
-        outcome = {"success": False, "error": f"{type(exc).__name__}: {exc}"}
-    finally:
-        with _results_lock:
-            _results.pop(key, None)
-    if not outcome.get("success") or not (staged / f"{lab}.ipynb").is_file():
-        shutil.rmtree(staged, ignore_errors=True)
-        return result.error or _reason(outcome)
-    publish(staged, course.autograded(student, lab).parent)
-    return None
 
 
 def _reason(outcome: dict) -> str:

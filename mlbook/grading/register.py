@@ -6,13 +6,13 @@ import shutil
 
 from ..course import Course
 from ..errors import MlbookError
-from ..nbgrader_env import failure_reason, in_course
+from ..nbgrader_env import failure_reason, gradebook, in_course
 
 
 def assignment_registered(course: Course, lab: str) -> bool:
-    from nbgrader.api import Gradebook, MissingEntry
+    from nbgrader.api import MissingEntry
 
-    with Gradebook(course.db_url) as gb:
+    with gradebook(course) as gb:
         try:
             return bool(gb.find_assignment(lab).notebooks)
         except MissingEntry:

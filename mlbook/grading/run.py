@@ -24,12 +24,13 @@ from ..errors import MlbookError
 from ..nbgrader_env import api_for, load_config
 from ..sandbox import bwrap, forkserver
 from ..sandbox.limits import Limits
+from ..sandbox.plan import plan_from_text
 from ..status import ERROR, GRADED, Attempt, StatusStore
 from .executors import DaskExecutor, LocalExecutor, Task
 from .intake import discard
 from .policy import shortcuts
 from .prepare import find_submission, sanitize
-from .record import record, recording_api
+from .record import Recorder
 from .register import assignment_registered, register_assignment
 
 
@@ -165,11 +166,12 @@ def autograde_labs(
                        options.sandboxed)
 
     executor = DaskExecutor(options.scheduler) if options.scheduler else LocalExecutor(options.workers)
-    recorder = recording_api(course)
+    recorder = Recorder(course)
     try:
         for task, result in executor.run(prepared()):
             began = time.perf_counter()
-            reason = result.error or record(course, recorder, task.lab, task.student, task.key, result)
+            plan = plan_from_text(task.lab, task.source_json)
+            reason = result.error or recorder.record(task.lab, task.student, task.key, result, plan)
             timings = {**result.timings, "recording": round(time.perf_counter() - began, 3)}
             finish(Attempt(task.lab, task.student, ERROR if reason else GRADED, reason=reason or "",
                            seconds=result.seconds, warning=warnings.get((task.lab, task.student), ""),

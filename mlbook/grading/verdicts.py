@@ -18,18 +18,18 @@ from ..notebooks import grade_id, is_test
 from ..sandbox.judge import Verdict
 from ..sandbox.plan import LabPlan
 
-MISSING = Verdict(False, "this test did not run to the end (an earlier error, an interrupt, or a changed cell)")
+NOT_RUN = Verdict(False, "this test did not run to the end (an earlier error, an interrupt, or a changed cell)")
 
 
 def cell_verdicts(plan: LabPlan, verdicts: dict[str, Verdict]) -> dict[str, Verdict]:
     """Each test cell's final verdict: its own and those of the cells it is covered by."""
     final = {}
     for gid, cell in plan.cells.items():
-        own = verdicts.get(gid, MISSING)
+        own = verdicts.get(gid, NOT_RUN)
         if not own.passed:
             final[gid] = own
             continue
-        failed = [(c, verdicts.get(c, MISSING)) for c in cell.covered_by if not verdicts.get(c, MISSING).passed]
+        failed = [(c, verdicts.get(c, NOT_RUN)) for c in cell.covered_by if not verdicts.get(c, NOT_RUN).passed]
         final[gid] = own if not failed else Verdict(False, f"counts only when {failed[0][0]} passes: {failed[0][1].message}")
     return final
 

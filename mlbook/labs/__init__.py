@@ -1,1 +1,67 @@
-"""Per-lab grading material: hidden checks and misconception catalogues (grader only)."""
+"""Per-lab grading material (grader only): one package per lab, ``mlbook/labs/<lab>/``.
+
+- ``hidden.py``: the hidden checks the judge runs (``mlbook.sandbox.judge``);
+- ``catalogue.py``: misconception mutants and alternative correct solutions (``mlbook.catalogue``);
+- ``__init__.py``: the lab's settings, read here once (``settings``):
+
+  ``TOTAL_POINTS``
+      the lab's points, autograded and written; ``mlbook check`` verifies the cells add up to it.
+  ``COVERED_BY``
+      visible test cell -> the cells whose verdicts it also needs (default ``<cell>_hidden``
+      when that cell exists; an explicit ``()``: the cell checks answer data only).
+  ``NOT_REPLAYED``
+      test cells the judge cannot re-run outside the kernel, decided by their covering cells.
+  ``FORBIDDEN_CALLS``
+      answer cell -> library names the task forbids, flagged for a TA (``mlbook.grading.policy``).
+  ``EXTRA_FILES``
+      files besides the notebook a submission may hand in and the grader takes in (none today).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from dataclasses import dataclass
+from types import ModuleType
+
+
+@dataclass(frozen=True)
+class LabSettings:
+    lab: str
+    total_points: float | None
+    covered_by: dict[str, tuple[str, ...]]
+    not_replayed: frozenset[str]
+    forbidden_calls: dict[str, tuple[str, ...]]
+    extra_files: tuple[str, ...]
+
+
+def lab_module(lab: str, name: str | None = None) -> ModuleType:
+    """Import ``mlbook.labs.<lab>`` (or its module ``name``), with a clear error when there is none."""
+    qualname = f"mlbook.labs.{lab}" + (f".{name}" if name else "")
+    try:
+        return importlib.import_module(qualname)
+    except ModuleNotFoundError as exc:
+        if exc.name and (exc.name == qualname or qualname.startswith(exc.name + ".")):
+            from ..errors import MlbookError
+
+            raise MlbookError(f"lab {lab} has no grading {'module' if name else 'package'} "
+                              f"mlbook/labs/{lab}/{name + '.py' if name else ''}") from None
+        raise
+
+
+@functools.lru_cache(maxsize=None)
+def settings(lab: str) -> LabSettings:
+    """The settings ``mlbook/labs/<lab>/__init__.py`` declares, with their defaults."""
+    module = lab_module(lab)
+    extra = tuple(getattr(module, "EXTRA_FILES", ()))
+    for name in extra:
+        if not name or name in (".", "..") or "/" in name or "\0" in name or name.endswith(".ipynb"):
+            raise ValueError(f"{lab}: EXTRA_FILES names a file by a plain name, not a notebook: {name!r}")
+    return LabSettings(
+        lab=lab,
+        total_points=getattr(module, "TOTAL_POINTS", None),
+        covered_by={gid: tuple(cells) for gid, cells in getattr(module, "COVERED_BY", {}).items()},
+        not_replayed=frozenset(getattr(module, "NOT_REPLAYED", ())),
+        forbidden_calls={gid: tuple(names) for gid, names in getattr(module, "FORBIDDEN_CALLS", {}).items()},
+        extra_files=extra,
+    )

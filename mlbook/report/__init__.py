@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..course import Course
+from ..files import write_atomic
 from . import figures
 from .data import LabData, collect_lab
 from .html import page
@@ -52,9 +53,4 @@ def write_report(course: Course, labs: list[str], path: Path | None = None,
     Returns:
         The path written.
     """
-    path = path or report_path(course, labs)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(render(course, labs, students), encoding="utf-8")
-    tmp.replace(path)
-    return path
+    return write_atomic(path or report_path(course, labs), render(course, labs, students))

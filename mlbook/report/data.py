@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from ..catalogue import Catalogue, load_catalogue
 from ..course import Course
 from ..errors import MlbookError
-from ..notebooks import BEGIN_SOLUTION, END_SOLUTION, is_answer, is_test, iter_nbgrader_cells, nbgrader_meta, read_nb
+from ..notebooks import SOLUTION, is_answer, is_test, iter_nbgrader_cells, nbgrader_meta, read_nb, split_blocks
 from ..results import SubmissionResult, collect
 from ..status import ERROR, GRADED, MISSING
 
@@ -63,7 +63,8 @@ class LabData:
 
 def rubric_of(markdown: str) -> str:
     """The rubric paragraph of a written answer's solution block ('' when there is none)."""
-    inside = markdown.split(BEGIN_SOLUTION, 1)[-1].split(END_SOLUTION, 1)[0]
+    blocks = split_blocks(markdown, SOLUTION)[1]
+    inside = blocks[0] if blocks else markdown
     if RUBRIC_MARK not in inside:
         return ""
     text = inside.split(RUBRIC_MARK, 1)[1]

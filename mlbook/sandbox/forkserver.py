@@ -4,7 +4,7 @@ One fork server per grading process (a ``LocalExecutor``'s threads share it; eac
 process starts its own), started on first use and stopped at exit. It needs root, because its
 forks join a sandbox's namespaces and then become the sandbox user; without root (bubblewrap in
 a user namespace) or when it cannot start, ``shared()`` returns None and each submission starts
-its own interpreter in the sandbox, as before. ``MLBOOK_FORKSERVER=0`` turns it off.
+its own interpreter in the sandbox. ``MLBOOK_FORKSERVER=0`` turns it off.
 """
 
 from __future__ import annotations

@@ -32,7 +32,8 @@ from pathlib import Path
 
 import nbformat
 
-from ..notebooks import BEGIN_HIDDEN, END_HIDDEN, grade_id, is_answer, is_test
+from ..labs import settings
+from ..notebooks import HIDDEN, grade_id, is_answer, is_test, split_blocks
 
 TRUSTED_MODULES = ("numpy", "math", "torch", "scipy", "mlbook_helpers.checks", "mlbook_helpers.examples")
 
@@ -79,11 +80,8 @@ class KernelNamespace(dict):
 
 def split_hidden(source: str) -> tuple[str, str]:
     """(source without the hidden block, the hidden block's code)."""
-    if BEGIN_HIDDEN not in source:
-        return source, ""
-    head, rest = source.split(BEGIN_HIDDEN, 1)
-    hidden, _, tail = rest.partition(END_HIDDEN)
-    return head + tail, hidden
+    visible, hidden = split_blocks(source, HIDDEN)
+    return visible, "".join(hidden)
 
 
 def _prelude(nb) -> list[ast.stmt]:
@@ -158,9 +156,8 @@ def plan_from_text(lab: str, source_json: str) -> LabPlan:
 
 
 def _build(lab: str, nb) -> LabPlan:
-    settings = importlib.import_module(f"mlbook.labs.{lab}")
-    covered = dict(getattr(settings, "COVERED_BY", {}))
-    not_replayed = set(getattr(settings, "NOT_REPLAYED", ()))
+    declared = settings(lab)
+    covered, not_replayed = declared.covered_by, declared.not_replayed
     ids = [grade_id(c) for c in nb.cells if is_test(c)]
     cells = {}
     for cell in nb.cells:

@@ -271,17 +271,21 @@ class TreePeak:
     per_process: dict[int, int] = field(default_factory=dict, init=False)
     _before: dict[int, _Proc] = field(default_factory=dict, init=False, repr=False)
     _base: dict[int, int] = field(default_factory=dict, init=False, repr=False)
+    _idle: dict[int, int] = field(default_factory=dict, init=False, repr=False)
 
     def __enter__(self) -> "TreePeak":
         if self.root == os.getpid() or os.getpid() in _tree(self.root):
             settle_own_allocator()
-        self._before = _tree(self.root)
+        tree = _tree(self.root)
+        # a zombie (ended, not yet reaped) holds no memory: it is not measured, before or after
+        self._idle = {pid: proc.started for pid, proc in tree.items() if _memory(pid) is None}
+        self._before = {pid: proc for pid, proc in tree.items() if pid not in self._idle}
         for pid in self._before:
             _reset_peak(pid)
         for pid, proc in self._before.items():
             mem = _memory(pid)
             if mem is None:
-                raise MeasurementError(f"process {pid} of the measured tree has no memory to measure (a zombie?)")
+                raise MeasurementError(f"process {pid} of the measured tree ended during the measurement")
             self._base[pid] = mem[0]
         # re-read the counters after the resets: faults of children reaped until now are not the call's
         self._before = {pid: self._same(proc) for pid, proc in self._before.items()}
@@ -308,6 +312,8 @@ class TreePeak:
         for pid, proc in after.items():
             if pid in self._before and proc.started == self._before[pid].started:
                 continue
+            if self._idle.get(pid) == proc.started:
+                continue  # a zombie already before the call
             mem = _memory(pid)  # born during the call: all of it is the call's
             peak = mem[1] if mem is not None else PAGE_BYTES * proc.faults  # a zombie: its faults
             per[pid] = peak + PAGE_BYTES * proc.child_faults
