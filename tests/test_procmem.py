@@ -126,6 +126,6 @@ def test_a_child_already_ended_but_not_reaped_is_not_measured_and_breaks_nothing
         pass
     try:
         _, grown = procmem.measure(os.getpid(), _filled, 32 * MiB)
-        assert grown >= 32 * 2**20
+        assert 30 * MiB < grown < 36 * MiB  # the block, to a few pages (as the first test allows)
     finally:
         zombie.wait()
