@@ -139,7 +139,7 @@ def _enter_and_run(request: dict, fds: list[int]) -> int:
     os.close(root_fd)
     os.chdir(request["cwd"])
     if os.fork() != 0:
-        return 0  # the runner is now the sandbox's (its init reaps it)
+        return 0  # the runner lives in the sandbox's pid namespace (it dies with the placeholder)
     os.setsid()
     _settle_fds(out_fd, log_fd, control_fd)
     _drop_privileges(libc, request)

@@ -62,10 +62,10 @@ def execute_sandboxed(nb: NotebookNode, plan: LabPlan, limits: Limits = Limits()
     scratch = Path(tempfile.mkdtemp(prefix="mlbook-sandbox-"))
     try:
         submission = scratch / "submission.ipynb"
-        submission.touch(0o644)
         sock = scratch / "judge.sock"
         instrumented = instrument(nb, plan)
         submission.write_text(nbformat.writes(instrumented))
+        submission.chmod(0o644)  # whatever the grader's umask: the sandbox user reads it
         # The runner's private channel to the judge: one end stays here, the other is inherited
         # by the runner alone (never by its kernel); the judge admits sessions by its reports.
         control, runner_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
