@@ -1,0 +1,47 @@
+"""The lab kit: everything a lab's hidden checks and catalogue import, stated once.
+
+A lab's grading files (``mlbook/labs/<lab>/hidden*.py``, ``catalogue.py``) import from here and
+from ``mlbook_helpers`` (the given code the notebook also sees), never from the grader's other
+packages: the kit is the one seam between a lab and the pipeline that runs it.
+
+Modules, in the order a check uses them:
+- ``inputs``     fresh random inputs per grading run (``MLBOOK_SEED`` pins them), torch generators,
+                 random masks;
+- ``calls``      calling the student's code: in the kernel through the judge's data-only channel
+                 (``helper``, ``lend``), a crash turned into a message that names the call;
+- ``results``    reading what came back, failing closed (``number``, ``boolean``, ``array``,
+                 ``items``) and comparing it (``close``);
+- ``reference``  the grader's own maths: softmax, entropy, attention (masks, scale, bias) and its
+                 gradients by autograd, in float64;
+- ``tolerance``  how close a correct answer of each dtype must come;
+- ``messages``   failures a student can act on: ``fail``, ``diagnose`` (which known mistake the
+                 answer matches), where an array first goes wrong.
+
+And for catalogues: ``Mutant``, ``Alternative`` and ``patch`` (``mlbook.catalogue``).
+
+Convention, for the whole kit: a mask is True where attention is allowed.
+"""
+
+from mlbook_helpers.checks import Misconception, data_array, describe
+
+from ...catalogue import Alternative, Mutant, patch
+from ...sandbox import procmem  # memory measured from outside the kernel (lab 6)
+from .calls import (Handle, RemoteError, RemoteObject, WireError, call_student, helper, lend, quiet,
+                    reraise, session, student_error)
+from .inputs import fresh_rng, random_mask, seed, torch_generator
+from .messages import diagnose, fail, first_bad, sentence
+from .reference import attention, attention_grads, causal_allowed, entropy, softmax
+from .results import array, boolean, close, items, number
+from .tolerance import TORCH_ATOL, float_tolerance, weight_tolerance
+
+__all__ = [
+    "Misconception", "data_array", "describe",
+    "Alternative", "Mutant", "patch", "procmem",
+    "Handle", "RemoteError", "RemoteObject", "WireError", "call_student", "helper", "lend", "quiet", "reraise",
+    "session", "student_error",
+    "fresh_rng", "random_mask", "seed", "torch_generator",
+    "diagnose", "fail", "first_bad", "sentence",
+    "attention", "attention_grads", "causal_allowed", "entropy", "softmax",
+    "array", "boolean", "close", "items", "number",
+    "TORCH_ATOL", "float_tolerance", "weight_tolerance",
+]

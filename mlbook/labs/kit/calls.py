@@ -1,0 +1,93 @@
+"""Calling the student's code.
+
+In grading, the student's functions live in the kernel and the checks run in the grader: a
+function or class reaches a check as a ``RemoteObject`` whose calls cross the judge's data-only
+channel (arrays and numbers, never pickle). ``helper`` builds a given object in the kernel (one
+without secrets, which the student's code fills in); ``lend`` lends the kernel an object built
+here, which it may call but never look inside. Outside grading (the in-process draw tests) the
+same checks get plain functions.
+
+A student's exception is reported as a failure that names the call; the grader's own errors and
+a kernel that went away (``WireError``, ``OSError``, ...) pass through untouched, so they are
+never a student's lost points.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+from mlbook_helpers.checks import Misconception
+from mlbook_probe.wire import Handle, WireError
+
+from ...sandbox.remote import RemoteError, RemoteObject, helper, lend, session
+from .messages import fail
+
+__all__ = ["Handle", "RemoteError", "RemoteObject", "WireError", "helper", "lend", "session", "call_student",
+           "student_error", "reraise", "quiet", "NOT_THE_STUDENTS"]
+
+# Exceptions that are not the student's: a verdict already reached, or the kernel went away.
+NOT_THE_STUDENTS = (Misconception, WireError, EOFError, OSError, TimeoutError)
+
+
+def student_error(exc: Exception) -> tuple[str, str]:
+    """(type name, message) of a student's exception, raised here or, as a RemoteError, in the kernel."""
+    return (exc.type_name, exc.message) if isinstance(exc, RemoteError) else (type(exc).__name__, str(exc))
+
+
+def reraise(exc: Exception) -> Callable[..., Any]:
+    """A function that raises ``exc``: hands an exception already caught back to ``call_student``."""
+    def raiser(*_args: Any, **_kwargs: Any) -> Any:
+        raise exc
+
+    return raiser
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """Silence warnings and NumPy's floating-point warnings around a student's call.
+
+    A correct answer such as ``w * np.log(w)`` followed by ``np.nansum`` warns about log(0);
+    nbgrader zeroes a test cell that writes to stderr, so such a warning must not escape.
+    """
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        yield
+
+
+def _describe(arg: Any) -> str:
+    """An argument's shape for a message; objects living in the kernel are not asked for one."""
+    if isinstance(arg, (RemoteObject, Handle)):
+        return "object"
+    shape = getattr(arg, "shape", None)
+    return str(tuple(shape)) if shape is not None else type(arg).__name__
+
+
+def call_student(fn: Callable, *args: Any, what: str, named: Callable[[str, str], tuple[str, str] | None] | None = None,
+                 **kwargs: Any) -> Any:
+    """Call a student's function; turn its exception into a failure that says which call failed.
+
+    Args:
+        fn: the student's function or class (a RemoteObject in grading).
+        args, kwargs: data, or objects living in the kernel.
+        what: the call as the student should read it in a failure message.
+        named: a lab's known errors: (type name, message) -> (observed, hint) for an error the
+            lab can name precisely (a ``.view`` on a non-contiguous tensor, a float16 overflow),
+            or None to report it as usual.
+    """
+    try:
+        return fn(*args, **kwargs)
+    except NOT_THE_STUDENTS:
+        raise
+    except Exception as exc:  # the student's error, reported without the grader's traceback
+        kind, text = student_error(exc)
+        if kind == "NotImplementedError":
+            fail(what, "not implemented yet", "Replace `raise NotImplementedError()` with your code.")
+        if named is not None and (known := named(kind, text)) is not None:
+            fail(what, *known)
+        shapes = ", ".join(_describe(a) for a in args)
+        fail(what, f"raised {kind}: {text} (called with arguments of shape {shapes})",
+             "Check that your code works for other shapes than the lesson's (T_q != T_k, other d_k).")
