@@ -3,11 +3,11 @@
 Every setting here answers a measured nbgrader 0.9.6 behaviour (see README, "Grading").
 """
 
-from mlbook.preprocessors import WARNING_STDERR_PATTERN, RedactTestTracebacks
+from mlbook.outputs.preprocessors import WARNING_STDERR_PATTERN, RedactTestTracebacks
 from nbgrader.preprocessors import ClearHiddenTests, GetGrades
 from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
 
-from mlbook_probe.polling import KERNEL_ARGS
+from mlbook_kernel.polling import KERNEL_ARGS
 
 c = get_config()  # noqa: F821 (provided by traitlets when nbgrader loads this file)
 
@@ -23,7 +23,7 @@ c.Execute.shutdown_kernel = "immediate"
 c.Execute.extra_arguments = KERNEL_ARGS
 # About one widget cell in 120 otherwise waits the whole timeout for a reply that has arrived
 # (a lost ZeroMQ wake-up, benchmarks/reply_stall.py): the kernel's client polls in 0.25 s slices.
-c.AsyncKernelManager.client_class = "mlbook_probe.polling.SlicedKernelClient"  # nbgrader fixes Execute's manager class
+c.AsyncKernelManager.client_class = "mlbook_kernel.polling.SlicedKernelClient"  # nbgrader fixes Execute's manager class
 
 # A student who deletes a test cell does not escape it: nbgrader puts it back.
 c.OverwriteCells.add_missing_cells = True

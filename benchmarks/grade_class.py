@@ -34,11 +34,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from mlbook import submissions  # noqa: E402
-from mlbook.catalogue import load_catalogue  # noqa: E402
+from mlbook.authoring import submissions  # noqa: E402
+from mlbook.authoring.catalogue import load_catalogue  # noqa: E402
 from mlbook.course import Course  # noqa: E402
 from mlbook.grading.admission import available_memory, usable_cpus  # noqa: E402
-from mlbook.notebooks import grade_id, is_answer, read_nb, reference_answers  # noqa: E402
+from mlbook.authoring.notebooks import grade_id, is_answer, read_nb, reference_answers  # noqa: E402
 
 BIN = Path(sys.executable).parent
 SLOW = "\nimport time\ntime.sleep(8)  # a slow but correct submission\n"

@@ -5,7 +5,7 @@
 Runs a notebook of one set-up cell and ``--cells`` copies of lab 1's attention explorer (an
 ipywidgets cell that redraws a heat map in an Output widget) ``--runs`` times, each time in a
 fresh kernel, alternating two kernel clients: plain nbclient, whose wait for a cell's
-``execute_reply`` is one long poll, and the project's client (``mlbook_probe.polling``, used by
+``execute_reply`` is one long poll, and the project's client (``mlbook_kernel.polling``, used by
 the grading runner, ``mlbook run``/``validate`` and, through ``nbgrader_config.py``, nbgrader),
 which polls in short slices. A cell that took longer than ``--slow`` seconds is a stall; plain
 nbclient's stalls last the whole cell timeout (issue #9). Prints, for each client, the cells run,
@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[assignment]  # see mlbook_probe.runner
+sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[assignment]  # see mlbook_kernel.runner
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -28,7 +28,7 @@ sys.path.insert(0, str(REPO))
 import nbformat  # noqa: E402
 from nbclient import NotebookClient  # noqa: E402
 
-from mlbook_probe.polling import KERNEL_ARGS, SlicedPollClient  # noqa: E402
+from mlbook_kernel.polling import KERNEL_ARGS, SlicedPollClient  # noqa: E402
 
 SETUP = """\
 import numpy as np

@@ -1,13 +1,31 @@
-"""mlbook: the instructor and TA tooling for the attention labs.
+"""mlbook: the instructor and TA tooling for the attention labs (the ``mlbook`` command).
 
-The pipeline, one module per step:
+The pipeline, one package per stage:
 
-    notebooks/<lab>.py --authoring--> source/<lab>/<lab>.ipynb --build (nbgrader generate_assignment)-->
-    release/<lab>/<lab>.ipynb --students--> submitted/ --autograde (nbgrader)--> autograded/ + gradebook
-    --results--> export (CSV), feedback (HTML), the terminal table
+    notebooks/<lab>.py --authoring--> source/ and release/ --students--> submitted/
+        --grading (intake, prepare; each notebook run by sandbox, decided by judge)--> autograded/ + gradebook
+        --outputs--> feedback pages, CSV exports, the class report, the terminal table
 
-Per-lab grading material (hidden checks, the misconception catalogue) lives in
-``mlbook.labs.<lab>``; students never receive this package.
+Packages:
+- ``authoring``  authored notebook -> nbgrader's source and release, lint (``mlbook check``), the
+                 release zip, the misconception catalogue, submissions made as students would;
+- ``student``    ``mlbook validate``: a student's check before handing in, in their own kernel;
+- ``grading``    a class end to end: submission folders taken in, sanitized, scheduled over
+                 sandboxes (local threads or Dask), recorded in nbgrader's gradebook, each
+                 attempt's status; resumable;
+- ``sandbox``    isolation only: the limits, the bubblewrap sandbox, memory measured from
+                 outside, warm kernels, one notebook run in a sandbox;
+- ``judge``      trusted verdicts: what to re-run per test cell (plan), the judge that admits
+                 the kernel's sessions and runs the checks (server), calls into the kernel
+                 (remote), the verdicts written into the notebook nbgrader scores;
+- ``outputs``    what people read: scores and messages (results), feedback, exports, the report;
+- ``labs``       per-lab grading material and the kit every lab is written with.
+Modules beside them: ``cli`` (one thin function per subcommand), ``course`` (where everything
+lives), ``nbgrader_env`` (nbgrader set up for mlbook, by an explicit ``install()``), ``files``
+(atomic writes), ``errors``, ``demo`` (the main job: build, grade a demo class, print).
+
+The kernel side (what runs inside the sandbox, beside the student's code) is the separate
+package ``mlbook_kernel``; students never receive ``mlbook``.
 """
 
 import sys

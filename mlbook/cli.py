@@ -11,8 +11,8 @@ import sys
 import time
 from pathlib import Path
 
-from .course import Course
-from .errors import MlbookError
+from mlbook.course import Course
+from mlbook.errors import MlbookError
 
 
 def _course(args) -> Course:
@@ -20,7 +20,7 @@ def _course(args) -> Course:
 
 
 def cmd_build(args) -> int:
-    from .build import build_lab
+    from mlbook.authoring.build import build_lab
 
     course = _course(args)
     for lab in course.resolve_labs(args.labs):
@@ -31,10 +31,10 @@ def cmd_build(args) -> int:
 
 
 def cmd_run(args) -> int:
-    from .notebooks import read_nb
-    from .preprocessors import cell_failure
-    from .sandbox.plan import lab_plan
-    from .sandbox.run import execute_sandboxed
+    from mlbook.authoring.notebooks import read_nb
+    from mlbook.outputs.preprocessors import cell_failure
+    from mlbook.judge.plan import lab_plan
+    from mlbook.sandbox.notebook import execute_sandboxed
 
     course = _course(args)
     lab = course.resolve_labs([args.lab])[0]
@@ -65,7 +65,7 @@ def cmd_run(args) -> int:
 
 
 def _limits(args):
-    from .sandbox.limits import GiB, Limits
+    from mlbook.sandbox.limits import GiB, Limits
 
     changes = {k: v for k, v in (("cell_seconds", getattr(args, "cell_timeout", None)),
                                  ("notebook_seconds", getattr(args, "time_budget", None)),
@@ -75,7 +75,7 @@ def _limits(args):
 
 
 def _require_sandbox(args) -> None:
-    from .sandbox import bwrap
+    from mlbook.sandbox import bwrap
 
     if not args.unsandboxed and (problem := bwrap.problem()):
         raise MlbookError(f"cannot start the grading sandbox: {problem}")
@@ -90,7 +90,7 @@ def _sandbox_options(s) -> None:
 
 
 def cmd_check(args) -> int:
-    from .lint import check_course
+    from mlbook.authoring.lint import check_course
 
     course = _course(args)
     report = check_course(course, course.resolve_labs(args.labs))
@@ -104,8 +104,8 @@ def cmd_check(args) -> int:
 
 
 def cmd_autograde(args) -> int:
-    from .grading import GradingOptions, autograde_labs
-    from .sandbox import forkserver
+    from mlbook.grading import GradingOptions, autograde_labs
+    from mlbook.sandbox import forkserver
 
     if not args.unsandboxed and not args.scheduler:
         forkserver.warm_up()  # torch and friends load while the gradebook and submissions are read
@@ -133,7 +133,7 @@ def cmd_autograde(args) -> int:
 
 
 def cmd_feedback(args) -> int:
-    from .feedback import generate_feedback
+    from mlbook.outputs.feedback import generate_feedback
 
     course = _course(args)
     for lab in course.resolve_labs(args.labs):
@@ -143,7 +143,7 @@ def cmd_feedback(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from .export import export_canvas_csv, export_csv, export_nbgrader_csv
+    from mlbook.outputs.export import export_canvas_csv, export_csv, export_nbgrader_csv
 
     course = _course(args)
     labs = course.resolve_labs(args.labs)
@@ -162,7 +162,7 @@ def cmd_export(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from .report import write_report
+    from mlbook.outputs.report import write_report
 
     course = _course(args)
     start = time.perf_counter()
@@ -172,7 +172,7 @@ def cmd_report(args) -> int:
 
 
 def cmd_release(args) -> int:
-    from .release_zip import write_release_zip
+    from mlbook.authoring.release_zip import write_release_zip
 
     course = _course(args)
     for lab in course.resolve_labs(args.labs):
@@ -182,8 +182,8 @@ def cmd_release(args) -> int:
 
 
 def cmd_validate(args) -> int:
-    from .table import text_table
-    from .validate import validate_notebook
+    from mlbook.outputs.table import text_table
+    from mlbook.student.validate import validate_notebook
 
     path = Path(args.notebook)
     if not path.is_file():
@@ -203,7 +203,7 @@ def cmd_validate(args) -> int:
 
 
 def cmd_demo(args) -> int:
-    from .demo import run_demo
+    from mlbook.demo import run_demo
 
     course = _course(args)
     return 1 if run_demo(course, course.resolve_labs(args.labs)) else 0

@@ -22,7 +22,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import MlbookError
+from mlbook.errors import MlbookError
 
 LAB_PATTERN = re.compile(r"lab\d\d_[a-z0-9_]+")
 CONFIG_NAME = "nbgrader_config.py"

@@ -16,17 +16,17 @@ from __future__ import annotations
 import shutil
 import time
 
-from . import submissions
-from .build import build_lab
-from .catalogue import load_catalogue
-from .course import Course
-from .export import export_csv
-from .feedback import generate_feedback
-from .grading import autograde_labs
-from .report import write_report
-from .results import collect
-from .status import ERROR, GRADED
-from .table import text_table
+from mlbook.authoring import submissions
+from mlbook.authoring.build import build_lab
+from mlbook.authoring.catalogue import load_catalogue
+from mlbook.course import Course
+from mlbook.outputs.export import export_csv
+from mlbook.outputs.feedback import generate_feedback
+from mlbook.grading import autograde_labs
+from mlbook.outputs.report import write_report
+from mlbook.outputs.results import collect
+from mlbook.grading.status import ERROR, GRADED
+from mlbook.outputs.table import text_table
 
 STUDENTS = ("demo-ada", "demo-ben", "demo-cleo", "demo-dev", "demo-eli", "demo-fay")
 

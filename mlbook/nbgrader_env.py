@@ -21,8 +21,8 @@ from typing import Iterator
 from traitlets.config import Config
 from traitlets.config.loader import PyFileConfigLoader
 
-from .course import CONFIG_NAME, Course
-from .errors import MlbookError
+from mlbook.course import CONFIG_NAME, Course
+from mlbook.errors import MlbookError
 
 _installed = False
 

@@ -21,8 +21,8 @@ import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from mlbook.catalogue import load_catalogue
-from mlbook.notebooks import grade_id, is_answer, is_test, read_authored, reference_answers
+from mlbook.authoring.catalogue import load_catalogue
+from mlbook.authoring.notebooks import grade_id, is_answer, is_test, read_authored, reference_answers
 
 from draw_costs import COSTS
 from harness import REPO

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from mlbook import submissions
-from mlbook.catalogue import Catalogue, load_catalogue
+from mlbook.authoring import submissions
+from mlbook.authoring.catalogue import Catalogue, load_catalogue
 from mlbook.course import Course
 from mlbook.grading import GradingOptions, autograde
-from mlbook.results import SubmissionResult, collect
+from mlbook.outputs.results import SubmissionResult, collect
 
 REPO = Course(Path(__file__).resolve().parents[1])
 LABS = REPO.labs()

@@ -7,7 +7,7 @@ import pytest
 
 from harness import LABS, REPO
 from mlbook.errors import MlbookError
-from mlbook.notebooks import (
+from mlbook.authoring.notebooks import (
     fill_answers,
     normalize_nbgrader,
     read_authored,
@@ -62,7 +62,7 @@ def test_every_answer_cell_of_the_release_is_a_stub(lab):
 
 
 def test_an_all_hidden_test_cell_is_flagged_and_a_commented_one_is_not():
-    from mlbook.lint import hidden_cells_say_what_they_check
+    from mlbook.authoring.lint import hidden_cells_say_what_they_check
 
     def source_with(text):
         cell = nbformat.v4.new_code_cell(text, metadata={"nbgrader": normalize_nbgrader(
@@ -76,7 +76,7 @@ def test_an_all_hidden_test_cell_is_flagged_and_a_commented_one_is_not():
 
 
 def test_the_authoring_guide_names_every_lint_rule():
-    from mlbook.lint import RULES
+    from mlbook.authoring.lint import RULES
 
     guide = (REPO.root / "docs" / "authoring.md").read_text()
     missing = [rule.__name__ for rule in RULES if f"`{rule.__name__}`" not in guide]
@@ -84,7 +84,7 @@ def test_the_authoring_guide_names_every_lint_rule():
 
 
 def test_one_parser_reads_the_delimiters():
-    from mlbook.notebooks import HIDDEN, SOLUTION, split_blocks, visible_text
+    from mlbook.authoring.notebooks import HIDDEN, SOLUTION, split_blocks, visible_text
 
     cell = "a\n### BEGIN SOLUTION\nb\n### END SOLUTION\nc\n### BEGIN HIDDEN TESTS\nd\n### END HIDDEN TESTS\n"
     assert split_blocks(cell, SOLUTION) == ("a\nc\n### BEGIN HIDDEN TESTS\nd\n### END HIDDEN TESTS\n", ["b\n"])

@@ -16,11 +16,11 @@ import shutil
 import pytest
 
 from harness import REPO
-from mlbook import submissions
-from mlbook.catalogue import load_catalogue
+from mlbook.authoring import submissions
+from mlbook.authoring.catalogue import load_catalogue
 from mlbook.grading import GradingOptions, autograde_labs
-from mlbook.results import collect
-from mlbook.status import GRADED
+from mlbook.outputs.results import collect
+from mlbook.grading.status import GRADED
 
 LABS = ("lab01_hand_attention", "lab02_scaling", "lab04_transformer_block")
 NOTEBOOKS = 200

@@ -34,8 +34,8 @@ import torch
 from draws import _authored, solutions
 from harness import LABS
 from mlbook.labs import _support
-from mlbook.notebooks import BEGIN_HIDDEN, END_HIDDEN, grade_id, is_answer, is_test
-from mlbook.sandbox.remote import RemoteError, RemoteObject
+from mlbook.authoring.notebooks import BEGIN_HIDDEN, END_HIDDEN, grade_id, is_answer, is_test
+from mlbook.judge.remote import RemoteError, RemoteObject
 from mlbook_helpers import checks
 from mlbook_helpers.checks import Misconception
 

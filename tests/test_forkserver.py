@@ -1,4 +1,4 @@
-"""Warm kernels (forks of ``mlbook_probe.zygote`` entering each sandbox) keep every promise a
+"""Warm kernels (forks of ``mlbook_kernel.forkserver`` entering each sandbox) keep every promise a
 fresh interpreter in the sandbox keeps: same user, capabilities, environment and view; nothing
 one submission leaves behind reaches the next; the same verdicts and outputs."""
 
@@ -13,12 +13,12 @@ import nbformat
 import pytest
 
 from harness import REPO
-from mlbook.catalogue import load_catalogue
-from mlbook.notebooks import fill_answers, read_nb, reference_answers
+from mlbook.authoring.catalogue import load_catalogue
+from mlbook.authoring.notebooks import fill_answers, read_nb, reference_answers
 from mlbook.sandbox import bwrap, forkserver
 from mlbook.sandbox.limits import Limits
-from mlbook.sandbox.plan import lab_plan
-from mlbook.sandbox.run import execute_sandboxed
+from mlbook.judge.plan import lab_plan
+from mlbook.sandbox.notebook import execute_sandboxed
 
 LAB = "lab02_scaling"
 

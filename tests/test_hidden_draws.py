@@ -16,7 +16,7 @@ import pytest
 
 from draws import failing_draws, solutions
 from harness import LABS
-from mlbook.catalogue import load_catalogue
+from mlbook.authoring.catalogue import load_catalogue
 
 CORRECT_DRAWS = 250  # per test cell for cheap checks; a costly one (it trains a model) gets at least 10
 MUTANT_DRAWS = 25

@@ -16,9 +16,9 @@ import time
 import pytest
 
 from harness import REPO
-from mlbook.sandbox.judge import HELLO_BYTES, Judge
-from mlbook.sandbox.plan import lab_plan
-from mlbook_probe import wire
+from mlbook.judge.server import HELLO_BYTES, Judge
+from mlbook.judge.plan import lab_plan
+from mlbook_kernel import wire
 
 LAB = "lab02_scaling"
 
@@ -126,7 +126,7 @@ def _task(lab: str):
     import nbformat
 
     from mlbook.grading.executors import Task
-    from mlbook.notebooks import fill_answers, read_nb, reference_answers
+    from mlbook.authoring.notebooks import fill_answers, read_nb, reference_answers
     from mlbook.sandbox.limits import Limits
 
     nb = fill_answers(read_nb(REPO.release(lab)), reference_answers(read_nb(REPO.source(lab))))
@@ -138,7 +138,7 @@ def _task(lab: str):
 def test_a_check_that_fails_for_the_graders_own_reason_is_retried_then_an_error_never_lost_points(
         monkeypatch, failures):
     from mlbook.grading import executors
-    from mlbook.sandbox import judge as judge_module
+    from mlbook.judge import server as judge_module
 
     real = judge_module.Judge._judge_cell
     calls = {"n": 0}
@@ -151,7 +151,7 @@ def test_a_check_that_fails_for_the_graders_own_reason_is_retried_then_an_error_
         return real(self, gid, remote)
 
     monkeypatch.setattr(judge_module.Judge, "_judge_cell", flaky)
-    result = executors.run_task(_task(LAB))
+    result = executors.grade_task(_task(LAB))
     assert calls["n"] == failures, (result.error, result.log[-2000:], result.verdicts)
     if failures < executors.ATTEMPTS:
         assert result.error is None and all(v.passed for v in result.verdicts.values())

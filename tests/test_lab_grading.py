@@ -11,10 +11,10 @@ from __future__ import annotations
 import pytest
 
 from harness import LABS, REPO, alternative_student, mutant_student
-from mlbook.catalogue import load_catalogue
-from mlbook.lint import release_is_clean
-from mlbook.notebooks import is_test, iter_nbgrader_cells, read_authored, read_nb
-from mlbook.status import GRADED
+from mlbook.authoring.catalogue import load_catalogue
+from mlbook.authoring.lint import release_is_clean
+from mlbook.authoring.notebooks import is_test, iter_nbgrader_cells, read_authored, read_nb
+from mlbook.grading.status import GRADED
 
 
 def _lab_params():
@@ -93,7 +93,7 @@ def test_release_contains_no_solution_or_hidden_test_text(lab):
 @pytest.mark.slow
 @pytest.mark.parametrize("lab", _lab_params())
 def test_visible_tests_pass_on_reference_and_fail_on_release(graded, lab):
-    from mlbook.validate import validate_notebook
+    from mlbook.student.validate import validate_notebook
 
     course = graded(lab).course
     visible = {gid for gid, cell in iter_nbgrader_cells(read_nb(REPO.release(lab)))

@@ -14,10 +14,10 @@ import sys
 import pytest
 
 from harness import REPO, add_extras, scratch_course
-from mlbook import submissions
+from mlbook.authoring import submissions
 from mlbook.course import Course
-from mlbook.notebooks import grade_id, read_nb
-from mlbook.status import ERROR, GRADED
+from mlbook.authoring.notebooks import grade_id, read_nb
+from mlbook.grading.status import ERROR, GRADED
 
 LAB = "lab01_hand_attention"
 pytestmark = pytest.mark.xdist_group(LAB)
@@ -93,7 +93,7 @@ def test_a_submission_that_fails_as_a_whole_is_an_error_with_its_reason(graded, 
 
 @pytest.mark.slow
 def test_export_shows_errors_as_errors_not_as_zero(graded):
-    from mlbook.export import export_csv
+    from mlbook.outputs.export import export_csv
 
     lab = graded(LAB)
     path = export_csv(lab.course, [LAB], lab.course.root / "exports" / "grades.csv")
@@ -107,7 +107,7 @@ def test_export_shows_errors_as_errors_not_as_zero(graded):
 
 @pytest.mark.slow
 def test_feedback_shows_the_misconception_but_never_hidden_tests(graded):
-    from mlbook.feedback import generate_feedback
+    from mlbook.outputs.feedback import generate_feedback
 
     lab = graded(LAB)
     students = ["mutant-divide-by-dk", "mutant-no-max-subtraction", "corrupt"]
@@ -150,15 +150,15 @@ def test_cli_reports_a_bad_lab_name_in_one_line():
 
 
 def test_check_flags_a_solution_leaked_into_the_release(tmp_path):
-    from mlbook.build import manifest
-    from mlbook.lint import check_course
+    from mlbook.authoring.build import manifest
+    from mlbook.authoring.lint import check_course
 
     course = scratch_course(LAB, tmp_path)
     (tmp_path / "mlbook_helpers").mkdir()
     nb = read_nb(course.release(LAB))
     cell = next(c for c in nb.cells if grade_id(c) == "attention")
     cell.source += "\n    scores = np.where(mask, scores, -np.inf)  # (T_q, T_k): forbidden keys drop out of the softmax\n"
-    from mlbook.notebooks import write_nb_atomic
+    from mlbook.authoring.notebooks import write_nb_atomic
 
     write_nb_atomic(nb, course.release(LAB))
     course.build_manifest(LAB).write_text(json.dumps(manifest(course, LAB)))
@@ -167,8 +167,8 @@ def test_check_flags_a_solution_leaked_into_the_release(tmp_path):
 
 
 def test_check_flags_a_release_edited_after_the_build(tmp_path):
-    from mlbook.build import manifest
-    from mlbook.lint import check_course
+    from mlbook.authoring.build import manifest
+    from mlbook.authoring.lint import check_course
 
     course = scratch_course(LAB, tmp_path)
     (tmp_path / "mlbook_helpers").mkdir()
@@ -184,7 +184,7 @@ def test_mlbook_check_passes_on_the_repository():
 
 
 def test_a_build_is_reproducible_and_grading_keeps_the_committed_release(tmp_path):
-    from mlbook.build import build_lab
+    from mlbook.authoring.build import build_lab
     from mlbook.grading import api_for, register_assignment
 
     lab = "lab02_scaling"  # the quickest lab to build

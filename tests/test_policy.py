@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 from harness import REPO, scratch_course
-from mlbook import submissions
+from mlbook.authoring import submissions
 from mlbook.grading import autograde
 from mlbook.grading.policy import forbidden_calls, shortcuts
-from mlbook.notebooks import fill_answers, read_nb, reference_answers
-from mlbook.results import collect
-from mlbook.status import GRADED
+from mlbook.authoring.notebooks import fill_answers, read_nb, reference_answers
+from mlbook.outputs.results import collect
+from mlbook.grading.status import GRADED
 
 LAB = "lab04_transformer_block"
 
@@ -46,7 +46,7 @@ def _with(cells):
 
 
 def test_the_reference_and_every_alternative_use_no_forbidden_name():
-    from mlbook.catalogue import load_catalogue
+    from mlbook.authoring.catalogue import load_catalogue
 
     assert forbidden_calls(LAB), "lab 4 declares no rule"
     assert shortcuts(LAB, _with({})) == ""
@@ -67,7 +67,7 @@ def test_a_name_hidden_in_a_string_is_still_found():
 @pytest.mark.slow
 @pytest.mark.xdist_group("policy")
 def test_graded_as_usual_and_flagged_in_the_status_and_the_report(tmp_path):
-    from mlbook.report import write_report
+    from mlbook.outputs.report import write_report
 
     course = scratch_course(LAB, tmp_path / "course")
     submissions.submit(course, "delegates", LAB, submissions.reference(course, LAB, {"MultiHeadAttention": DELEGATING}))

@@ -24,13 +24,13 @@ from pathlib import Path
 import pytest
 
 from harness import REPO, scratch_course
-from mlbook import submissions
-from mlbook.catalogue import load_catalogue
+from mlbook.authoring import submissions
+from mlbook.authoring.catalogue import load_catalogue
 from mlbook.grading import GradingOptions, autograde_labs
-from mlbook.notebooks import grade_id, read_nb
-from mlbook.results import collect
+from mlbook.authoring.notebooks import grade_id, read_nb
+from mlbook.outputs.results import collect
 from mlbook.sandbox.limits import GiB, Limits
-from mlbook.status import ERROR, GRADED
+from mlbook.grading.status import ERROR, GRADED
 
 LAB = "lab02_scaling"
 LAB3 = "lab03_masks"
@@ -119,7 +119,7 @@ def code_attacks(root: Path, port: int) -> dict[str, str]:
     }
 
 
-# Plain-socket speech on the judge's wire, as a student could write it from the source of mlbook_probe.
+# Plain-socket speech on the judge's wire, as a student could write it from the source of mlbook_kernel.
 _JUDGE_WIRE = (
     "import json, os, socket, struct\n"
     "def _frame(h):\n    p = json.dumps(dict(h, blobs=[])).encode() + b'\\0'\n    return struct.pack('>Q', len(p)) + p\n"

@@ -1,6 +1,6 @@
 """The LMS zip (``mlbook release``) and its lint rule (``mlbook check``). No grading needed.
 
-What the zip must hold is stated in ``mlbook/release_zip.py``; here it is recomputed
+What the zip must hold is stated in ``mlbook/authoring/release_zip.py``; here it is recomputed
 independently (regular expressions over the notebook and the helpers) and compared.
 """
 
@@ -18,8 +18,8 @@ import pytest
 
 from harness import LABS, REPO, scratch_course
 from mlbook.course import Course
-from mlbook.lint import check_course
-from mlbook.release_zip import default_path, write_release_zip
+from mlbook.authoring.lint import check_course
+from mlbook.authoring.release_zip import default_path, write_release_zip
 
 LAB = "lab01_hand_attention"
 MLBOOK = [sys.executable, "-m", "mlbook.cli"]

@@ -16,9 +16,9 @@ from html.parser import HTMLParser
 import pytest
 
 from harness import add_extras
-from mlbook import submissions
+from mlbook.authoring import submissions
 from mlbook.course import Course
-from mlbook.status import ERROR, GRADED, StatusStore
+from mlbook.grading.status import ERROR, GRADED, StatusStore
 
 LAB = "lab01_hand_attention"
 CORRUPT = "report-corrupt"
@@ -52,7 +52,7 @@ def rows_of(found: list[tuple[str, dict[str, str]]], kind: str) -> list[dict[str
 @pytest.fixture(scope="module")
 def report(graded, tmp_path_factory):
     """(course, html text, data elements, seconds to write) for lab 1's graded class."""
-    from mlbook.report import write_report
+    from mlbook.outputs.report import write_report
 
     course = graded(LAB).course
     start = time.perf_counter()
@@ -184,7 +184,7 @@ def test_report_opens_offline_in_chromium_without_console_errors_or_requests(rep
 
 
 def test_canvas_csv_has_canvas_columns_scores_from_the_gradebook_and_a_status(graded, tmp_path):
-    from mlbook.export import CANVAS_STUDENT_COLUMNS, export_canvas_csv
+    from mlbook.outputs.export import CANVAS_STUDENT_COLUMNS, export_canvas_csv
 
     course = graded(LAB).course
     path = export_canvas_csv(course, [LAB], tmp_path / "canvas.csv", {LAB: "4242"})
@@ -208,7 +208,7 @@ def test_canvas_csv_has_canvas_columns_scores_from_the_gradebook_and_a_status(gr
 def test_nbgrader_csv_is_nbgraders_own_export(graded, tmp_path):
     from nbgrader.api import Gradebook
 
-    from mlbook.export import export_nbgrader_csv
+    from mlbook.outputs.export import export_nbgrader_csv
 
     course = graded(LAB).course
     path = export_nbgrader_csv(course, [LAB], tmp_path / "nbgrader.csv")
@@ -223,7 +223,7 @@ def test_nbgrader_csv_is_nbgraders_own_export(graded, tmp_path):
 
 
 def test_grades_csv_keeps_its_columns_and_status(graded, tmp_path):
-    from mlbook.export import COLUMNS, export_csv
+    from mlbook.outputs.export import COLUMNS, export_csv
 
     course = graded(LAB).course
     path = export_csv(course, [LAB], tmp_path / "grades.csv")
@@ -246,10 +246,10 @@ def test_cli_export_writes_the_three_csv_files(graded, tmp_path):
 
 
 def test_a_misconception_needs_its_own_cells_and_message_and_explains_later_failures():
-    from mlbook.catalogue import Catalogue, Mutant
-    from mlbook.report.data import LabData
-    from mlbook.report.misconceptions import diagnose
-    from mlbook.results import CellResult, SubmissionResult
+    from mlbook.authoring.catalogue import Catalogue, Mutant
+    from mlbook.outputs.report.data import LabData
+    from mlbook.outputs.report.misconceptions import diagnose
+    from mlbook.outputs.results import CellResult, SubmissionResult
 
     overflow = Mutant("no-max", "softmax without the row max", {}, ("test_softmax",), r"overflow")
     cells = ["test_softmax", "test_attention", "test_other"]

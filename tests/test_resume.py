@@ -13,10 +13,10 @@ import time
 import pytest
 
 from harness import scratch_course
-from mlbook import submissions
-from mlbook.catalogue import load_catalogue
-from mlbook.results import collect
-from mlbook.status import GRADED
+from mlbook.authoring import submissions
+from mlbook.authoring.catalogue import load_catalogue
+from mlbook.outputs.results import collect
+from mlbook.grading.status import GRADED
 
 LAB = "lab02_scaling"
 pytestmark = [pytest.mark.xdist_group("resume"), pytest.mark.slow]

@@ -11,8 +11,8 @@ from queue import Empty
 import nbformat
 import pytest
 
-from mlbook_probe.polling import KERNEL_ARGS, POLL_SLICE
-from mlbook_probe.runner import CappedClient
+from mlbook_kernel.polling import KERNEL_ARGS, POLL_SLICE
+from mlbook_kernel.runner import CappedClient
 
 
 @pytest.fixture(scope="module")
@@ -57,19 +57,19 @@ def test_no_module_runs_a_notebook_with_a_plain_nbclient():
     stall the sliced polls fix): every client the project builds must be a sliced one."""
     root = Path(__file__).resolve().parent.parent
     plain = []
-    for path in [*root.glob("mlbook/**/*.py"), *root.glob("mlbook_probe/**/*.py")]:
+    for path in [*root.glob("mlbook/**/*.py"), *root.glob("mlbook_kernel/**/*.py")]:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "NotebookClient":
                 plain.append(f"{path.relative_to(root)}:{node.lineno}")
-    assert not plain, f"a plain NotebookClient (use mlbook_probe.polling.SlicedPollClient): {plain}"
+    assert not plain, f"a plain NotebookClient (use mlbook_kernel.polling.SlicedPollClient): {plain}"
 
 
 @pytest.mark.parametrize("source", ["the sandbox's fork server", "mlbook run and validate", "nbgrader's Execute"])
 def test_every_kernel_manager_hands_out_clients_that_wait_in_slices(source):
-    from mlbook_probe.polling import SlicedChannel, SlicedKernelClient, SlicedPollClient
+    from mlbook_kernel.polling import SlicedChannel, SlicedKernelClient, SlicedPollClient
 
     if source == "the sandbox's fork server":
-        from mlbook_probe.forked_kernel import ForkedKernelManager
+        from mlbook_kernel.forked_kernel import ForkedKernelManager
 
         manager = ForkedKernelManager()
     elif source == "mlbook run and validate":
@@ -88,7 +88,7 @@ def test_every_kernel_manager_hands_out_clients_that_wait_in_slices(source):
 
 
 def test_mlbook_run_executes_every_cell_and_names_the_one_that_raised():
-    from mlbook.execute import execute
+    from mlbook.student.local_kernel import execute
 
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 6 * 7\nprint(x)"),
                                          nbformat.v4.new_code_cell("raise ValueError('wrong')")])

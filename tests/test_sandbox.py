@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from harness import REPO
-from mlbook_probe import wire
+from mlbook_kernel import wire
 
 
 def _roundtrip(value):
@@ -54,7 +54,7 @@ def test_the_grader_never_sends_an_object_it_cannot_express_as_data():
 
 def test_without_bubblewrap_autograde_refuses_with_a_clear_message(tmp_path):
     from harness import scratch_course
-    from mlbook import submissions
+    from mlbook.authoring import submissions
 
     course = scratch_course("lab02_scaling", tmp_path / "course")
     submissions.submit(course, "someone", "lab02_scaling", submissions.untouched(course, "lab02_scaling"))
@@ -67,10 +67,10 @@ def test_without_bubblewrap_autograde_refuses_with_a_clear_message(tmp_path):
 
 
 def test_the_unsandboxed_opt_out_still_judges_outside_the_kernel():
-    from mlbook.notebooks import fill_answers, read_nb, reference_answers
+    from mlbook.authoring.notebooks import fill_answers, read_nb, reference_answers
     from mlbook.sandbox.limits import Limits
-    from mlbook.sandbox.plan import lab_plan
-    from mlbook.sandbox.run import execute_sandboxed
+    from mlbook.judge.plan import lab_plan
+    from mlbook.sandbox.notebook import execute_sandboxed
 
     lab = "lab02_scaling"
     plan = lab_plan(lab, REPO.source(lab))
@@ -81,7 +81,7 @@ def test_the_unsandboxed_opt_out_still_judges_outside_the_kernel():
 
 
 # ---- Nothing of one submission survives into the next (issue 24, item 6) -------------------------
-# Each sandbox runs under its own fresh user id and a syscall filter (``mlbook_probe.seccomp``).
+# Each sandbox runs under its own fresh user id and a syscall filter (``mlbook_kernel.seccomp``).
 # These run real sandboxes, warm (forked from the fork server, when the grader is root) and cold.
 
 SYSCALLS = """\
@@ -207,8 +207,8 @@ def _probe_run(source: str, warm: bool) -> tuple[dict, str]:
     import nbformat
 
     from mlbook.sandbox.limits import Limits
-    from mlbook.sandbox.plan import lab_plan
-    from mlbook.sandbox.run import execute_sandboxed
+    from mlbook.judge.plan import lab_plan
+    from mlbook.sandbox.notebook import execute_sandboxed
 
     lab = "lab02_scaling"
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source)])
@@ -257,7 +257,7 @@ def test_sysv_and_posix_ipc_left_by_one_submission_is_invisible_to_the_next(warm
 
 
 def test_the_filter_is_built_for_x86_64_and_aarch64_and_refuses_other_machines():
-    from mlbook_probe import seccomp
+    from mlbook_kernel import seccomp
 
     for machine in ("x86_64", "aarch64"):
         program = seccomp.program(machine)

@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 
 from harness import scratch_course
-from mlbook import submissions
-from mlbook.catalogue import load_catalogue
+from mlbook.authoring import submissions
+from mlbook.authoring.catalogue import load_catalogue
 from mlbook.grading import GradingOptions, autograde
-from mlbook.results import collect
+from mlbook.outputs.results import collect
 from servers import dask_cluster, postgres_server
 
 LAB = "lab02_scaling"

@@ -3,8 +3,8 @@ longest labs first, so the batch does not end with one long notebook running alo
 
 from __future__ import annotations
 
-from mlbook.grading.run import _Schedule
-from mlbook.status import ERROR, GRADED, Attempt, StatusStore
+from mlbook.grading.batch import _Schedule
+from mlbook.grading.status import ERROR, GRADED, Attempt, StatusStore
 
 
 def _todo(per_lab: dict[str, int]) -> list[tuple[str, str]]:

@@ -1,7 +1,7 @@
 """The submission folder is hostile (issue 24, item 5), through the real pipeline.
 
 One batch of lab 2 submissions is graded once (``mlbook.grading.autograde``, sandboxed) and
-its feedback generated (``mlbook.feedback``): correct bystanders beside submission folders
+its feedback generated (``mlbook.outputs.feedback``): correct bystanders beside submission folders
 that try to make the grader, possibly running as root, follow a link (a notebook that is a
 link to the source notebook, extra links to the source notebook and to /etc/passwd, a
 dangling link at the expected name beside a renamed notebook, a linked subfolder, a linked
@@ -30,14 +30,14 @@ from pathlib import Path
 import pytest
 
 from harness import scratch_course
-from mlbook import submissions
+from mlbook.authoring import submissions
 from mlbook.errors import MlbookError
-from mlbook.feedback import generate_feedback
+from mlbook.outputs.feedback import generate_feedback
 from mlbook.grading import GradingOptions, autograde
-from mlbook.notebooks import write_nb_atomic
-from mlbook.results import collect
+from mlbook.authoring.notebooks import write_nb_atomic
+from mlbook.outputs.results import collect
 from mlbook.sandbox.limits import Limits
-from mlbook.status import ERROR, GRADED, StatusStore
+from mlbook.grading.status import ERROR, GRADED, StatusStore
 
 LAB = "lab02_scaling"
 NB = f"{LAB}.ipynb"

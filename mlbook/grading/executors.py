@@ -19,10 +19,10 @@ from typing import Callable, Iterable, Iterator
 
 import nbformat
 
-from ..sandbox.limits import Limits
-from ..sandbox.plan import LabPlan, plan_from_text
-from ..sandbox.run import SandboxResult, execute_sandboxed
-from .admission import Admission
+from mlbook.sandbox.limits import Limits
+from mlbook.judge.plan import LabPlan, plan_from_text
+from mlbook.sandbox.notebook import SandboxResult, execute_sandboxed
+from mlbook.grading.admission import Admission
 
 
 @dataclass
@@ -39,7 +39,7 @@ class Task:
 ATTEMPTS = 2  # runs of a submission whose check failed for the grader's own reason
 
 
-def run_task(task: Task) -> SandboxResult:
+def grade_task(task: Task) -> SandboxResult:
     """Execute one task (the unit of work on any executor).
 
     A verdict the judge marks ``internal`` (the grader's own failure) is never the student's:
@@ -62,10 +62,10 @@ class LocalExecutor:
 
     Args:
         workers: run exactly this many at once; None: one per core, plus more while cores are idle.
-        run: the unit of work (``run_task``).
+        run: the unit of work (``grade_task``).
     """
 
-    def __init__(self, workers: int | None = None, run: Callable[[Task], SandboxResult] = run_task):
+    def __init__(self, workers: int | None = None, run: Callable[[Task], SandboxResult] = grade_task):
         self.admission = Admission.fixed(workers) if workers else Admission.adaptive()
         self.run_one = run
         self.peak = 0  # the most sandboxes that ran at once
@@ -114,7 +114,7 @@ class DaskExecutor:
         from distributed import as_completed
 
         tasks = list(tasks)
-        futures = {self.client.submit(run_task, t, pure=False, key=f"mlbook-{t.lab}-{t.student}-{t.key[:12]}"): t
+        futures = {self.client.submit(grade_task, t, pure=False, key=f"mlbook-{t.lab}-{t.student}-{t.key[:12]}"): t
                    for t in tasks}
         for future in as_completed(futures):
             yield futures[future], future.result()

@@ -30,9 +30,9 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..course import Course, student_id_problem
-from ..labs import settings
-from ..notebooks import grade_id
+from mlbook.course import Course, student_id_problem
+from mlbook.labs import settings
+from mlbook.authoring.notebooks import grade_id
 
 INTAKE = "autograded/.intake"
 TIMESTAMP = "timestamp.txt"  # written by nbgrader's collect; read by its autograder for late penalties

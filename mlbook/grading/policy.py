@@ -21,8 +21,8 @@ import ast
 
 from nbformat import NotebookNode
 
-from ..labs import settings
-from ..notebooks import grade_id, is_answer
+from mlbook.labs import settings
+from mlbook.authoring.notebooks import grade_id, is_answer
 
 
 def forbidden_calls(lab: str) -> dict[str, tuple[str, ...]]:

@@ -20,10 +20,10 @@ from pathlib import Path
 import nbformat
 from nbformat import NotebookNode
 
-from ..course import Course
-from ..notebooks import grade_id
-from ..sandbox.limits import Limits
-from .intake import Intake, take
+from mlbook.course import Course
+from mlbook.authoring.notebooks import grade_id
+from mlbook.sandbox.limits import Limits
+from mlbook.grading.intake import Intake, take
 
 UNREADABLE = "the notebook file is not valid JSON (truncated or edited outside Jupyter)"
 

@@ -26,13 +26,13 @@ from pathlib import Path
 
 from nbgrader.preprocessors import NbGraderPreprocessor
 
-from ..course import Course
-from ..nbgrader_env import api_for, failure_reason, in_course
-from ..sandbox.plan import LabPlan
-from ..sandbox.run import SandboxResult
-from . import verdicts
-from .intake import INTAKE, TIMESTAMP
-from .prepare import job_key
+from mlbook.course import Course
+from mlbook.nbgrader_env import api_for, failure_reason, in_course
+from mlbook.judge.plan import LabPlan
+from mlbook.sandbox.notebook import SandboxResult
+from mlbook.judge import verdicts
+from mlbook.grading.intake import INTAKE, TIMESTAMP
+from mlbook.grading.prepare import job_key
 
 STAGING = "autograded/.staging"
 

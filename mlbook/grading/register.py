@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import shutil
 
-from ..course import Course
-from ..errors import MlbookError
-from ..nbgrader_env import failure_reason, gradebook, in_course
+from mlbook.course import Course
+from mlbook.errors import MlbookError
+from mlbook.nbgrader_env import failure_reason, gradebook, in_course
 
 
 def assignment_registered(course: Course, lab: str) -> bool:

@@ -1,7 +1,7 @@
 """Per-lab grading material (grader only): one package per lab, ``mlbook/labs/<lab>/``.
 
-- ``hidden.py``: the hidden checks the judge runs (``mlbook.sandbox.judge``);
-- ``catalogue.py``: misconception mutants and alternative correct solutions (``mlbook.catalogue``);
+- ``hidden.py``: the hidden checks the judge runs (``mlbook.judge.server``);
+- ``catalogue.py``: misconception mutants and alternative correct solutions (``mlbook.authoring.catalogue``);
 - ``__init__.py``: the lab's settings, read here once (``settings``):
 
   ``TOTAL_POINTS``
@@ -42,7 +42,7 @@ def lab_module(lab: str, name: str | None = None) -> ModuleType:
         return importlib.import_module(qualname)
     except ModuleNotFoundError as exc:
         if exc.name and (exc.name == qualname or qualname.startswith(exc.name + ".")):
-            from ..errors import MlbookError
+            from mlbook.errors import MlbookError
 
             raise MlbookError(f"lab {lab} has no grading {'module' if name else 'package'} "
                               f"mlbook/labs/{lab}/{name + '.py' if name else ''}") from None

@@ -8,7 +8,7 @@ nsjail and firejail are bigger and less common in distributions.
 What the sandbox sees (everything else does not exist inside it):
 - read-only: /usr, /etc, the Python installation and the virtual environment, and the two
   packages a graded notebook imports: ``mlbook_helpers`` (what students have) and
-  ``mlbook_probe`` (the kernel side of hidden checks, no reference solutions). The grader's
+  ``mlbook_kernel`` (the kernel side of hidden checks, no reference solutions). The grader's
   own package ``mlbook`` is hidden even when it lives inside the environment;
 - the submission, read-only, and the judge's unix socket;
 - writable: a size-capped tmpfs for the home/working folder and one for /tmp.
@@ -23,7 +23,7 @@ what the kernel keeps outside them:
   process and under which no process on this machine runs: state the kernel keys by user id
   (keyrings, the process count behind RLIMIT_NPROC) starts empty and is nobody else's. (A
   grader without root runs bubblewrap in a new user namespace, as its own user.)
-- a syscall filter (``mlbook_probe.seccomp``, whose docstring lists what it denies and why) on
+- a syscall filter (``mlbook_kernel.seccomp``, whose docstring lists what it denies and why) on
   every process in the sandbox: bubblewrap loads it from ``seccomp_fd()`` before it executes the
   sandbox's first command; a warm runner installs it itself after ``no_new_privs``.
 """
@@ -38,9 +38,9 @@ import sys
 import threading
 from pathlib import Path
 
-from mlbook_probe import seccomp
+from mlbook_kernel import seccomp
 
-from ..errors import MlbookError
+from mlbook.errors import MlbookError
 
 UID_RANGE = (2**20, 2**31 - 2**16)  # sandbox user ids when the grader is root: far above any real user
 SOCKET = "/run/mlbook/judge.sock"
@@ -62,7 +62,7 @@ def _package_dir(name: str) -> Path:
 def read_only_paths() -> list[Path]:
     """Host paths bound read-only at the same place inside the sandbox."""
     paths = [Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve(),
-             _package_dir("mlbook_helpers"), _package_dir("mlbook_probe")]
+             _package_dir("mlbook_helpers"), _package_dir("mlbook_kernel")]
     unique: list[Path] = []
     for p in sorted(set(paths), key=lambda p: len(p.parts)):
         if not any(p.is_relative_to(q) for q in unique):
@@ -195,7 +195,7 @@ def environment(threads: int = 1) -> dict[str, str]:
     allocation would not show. The fork server's environment is this one too, so warm kernels
     inherit the settings (glibc reads them when a process starts).
     """
-    from .procmem import MMAP_THRESHOLD, TRIM_THRESHOLD
+    from mlbook.sandbox.procmem import MMAP_THRESHOLD, TRIM_THRESHOLD
 
     venv_bin = str(Path(sys.prefix) / "bin")
     threads_s = str(threads)

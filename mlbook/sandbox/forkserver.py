@@ -1,4 +1,4 @@
-"""The grader's side of the fork server (``mlbook_probe.zygote``): start it once, ask it for forks.
+"""The grader's side of the fork server (``mlbook_kernel.forkserver``): start it once, ask it for forks.
 
 One fork server per grading process (a ``LocalExecutor``'s threads share it; each Dask worker
 process starts its own), started on first use and stopped at exit. It needs root, because its
@@ -19,9 +19,9 @@ import sys
 import tempfile
 import threading
 
-from mlbook_probe.zygote import CONTROL_FD
+from mlbook_kernel.forkserver import CONTROL_FD
 
-from . import bwrap
+from mlbook.sandbox import bwrap
 
 __all__ = ["ForkServer", "shared", "warm_up", "CONTROL_FD"]
 
@@ -32,7 +32,7 @@ _failed: str | None = None
 
 
 class ForkServer:
-    """A running ``mlbook_probe.zygote`` and the socket to it (requests are serialized)."""
+    """A running ``mlbook_kernel.forkserver`` and the socket to it (requests are serialized)."""
 
     def __init__(self) -> None:
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -41,7 +41,7 @@ class ForkServer:
                "HOME": self._home, "TMPDIR": self._home, "MPLBACKEND": "module://matplotlib_inline.backend_inline"}
         env.pop("MLBOOK_PROBE_SOCKET", None)
         self._log = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen([sys.executable, "-m", "mlbook_probe.zygote", "--fd", str(theirs.fileno())],
+        self.proc = subprocess.Popen([sys.executable, "-m", "mlbook_kernel.forkserver", "--fd", str(theirs.fileno())],
                                      pass_fds=(theirs.fileno(),), env=env, cwd=self._home, stdin=subprocess.DEVNULL,
                                      stdout=self._log, stderr=self._log, start_new_session=True)
         theirs.close()

@@ -12,7 +12,7 @@ from playwright.sync_api import expect
 
 from browser_suite import GROUP, REPO
 from labpage import open_notebook
-from mlbook import submissions
+from mlbook.authoring import submissions
 
 pytestmark = pytest.mark.xdist_group(GROUP)
 

@@ -21,9 +21,9 @@ from playwright.sync_api import FrameLocator, Page, expect
 
 from browser_suite import GROUP, REPO
 from labpage import menu
-from mlbook import submissions
-from mlbook.catalogue import load_catalogue
-from mlbook.notebooks import is_answer, iter_nbgrader_cells, read_nb
+from mlbook.authoring import submissions
+from mlbook.authoring.catalogue import load_catalogue
+from mlbook.authoring.notebooks import is_answer, iter_nbgrader_cells, read_nb
 
 pytestmark = pytest.mark.xdist_group(GROUP)
 

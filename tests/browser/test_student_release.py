@@ -27,9 +27,9 @@ import pytest
 
 from browser_suite import GROUP, REPO
 from labpage import Cell, NotebookPage, open_notebook
-from mlbook import submissions
-from mlbook.catalogue import Mutant, load_catalogue
-from mlbook.notebooks import read_nb, reference_answers
+from mlbook.authoring import submissions
+from mlbook.authoring.catalogue import Mutant, load_catalogue
+from mlbook.authoring.notebooks import read_nb, reference_answers
 
 pytestmark = pytest.mark.xdist_group(GROUP)
 

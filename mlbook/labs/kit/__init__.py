@@ -17,22 +17,22 @@ Modules, in the order a check uses them:
 - ``messages``   failures a student can act on: ``fail``, ``diagnose`` (which known mistake the
                  answer matches), where an array first goes wrong.
 
-And for catalogues: ``Mutant``, ``Alternative`` and ``patch`` (``mlbook.catalogue``).
+And for catalogues: ``Mutant``, ``Alternative`` and ``patch`` (``mlbook.authoring.catalogue``).
 
 Convention, for the whole kit: a mask is True where attention is allowed.
 """
 
 from mlbook_helpers.checks import Misconception, data_array, describe
 
-from ...catalogue import Alternative, Mutant, patch
-from ...sandbox import procmem  # memory measured from outside the kernel (lab 6)
-from .calls import (Handle, RemoteError, RemoteObject, WireError, call_student, helper, lend, quiet,
+from mlbook.authoring.catalogue import Alternative, Mutant, patch
+from mlbook.sandbox import procmem  # memory measured from outside the kernel (lab 6)
+from mlbook.labs.kit.calls import (Handle, RemoteError, RemoteObject, WireError, call_student, helper, lend, quiet,
                     reraise, session, student_error)
-from .inputs import fresh_rng, random_mask, seed, torch_generator
-from .messages import diagnose, fail, first_bad, sentence
-from .reference import attention, attention_grads, causal_allowed, entropy, softmax
-from .results import array, boolean, close, items, number
-from .tolerance import TORCH_ATOL, float_tolerance, weight_tolerance
+from mlbook.labs.kit.inputs import fresh_rng, random_mask, seed, torch_generator
+from mlbook.labs.kit.messages import diagnose, fail, first_bad, sentence
+from mlbook.labs.kit.reference import attention, attention_grads, causal_allowed, entropy, softmax
+from mlbook.labs.kit.results import array, boolean, close, items, number
+from mlbook.labs.kit.tolerance import TORCH_ATOL, float_tolerance, weight_tolerance
 
 __all__ = [
     "Misconception", "data_array", "describe",

@@ -21,10 +21,10 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from mlbook_helpers.checks import Misconception
-from mlbook_probe.wire import Handle, WireError
+from mlbook_kernel.wire import Handle, WireError
 
-from ...sandbox.remote import RemoteError, RemoteObject, helper, lend, session
-from .messages import fail
+from mlbook.judge.remote import RemoteError, RemoteObject, helper, lend, session
+from mlbook.labs.kit.messages import fail
 
 __all__ = ["Handle", "RemoteError", "RemoteObject", "WireError", "helper", "lend", "session", "call_student",
            "student_error", "reraise", "quiet", "NOT_THE_STUDENTS"]

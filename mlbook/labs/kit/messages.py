@@ -44,7 +44,7 @@ def diagnose(actual: Any, variants: Mapping[str, Any], atol: float = 1e-6, rtol:
         variants: message -> the result that mistake would produce (or a zero-argument
             callable computing it, evaluated only when needed).
     """
-    from .results import close as _close
+    from mlbook.labs.kit.results import close as _close
 
     for message, value in variants.items():
         if callable(value):

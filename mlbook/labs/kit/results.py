@@ -18,7 +18,7 @@ import numpy as np
 
 from mlbook_helpers.checks import data_array, describe
 
-from .messages import fail
+from mlbook.labs.kit.messages import fail
 
 __all__ = ["close", "number", "boolean", "array", "items"]
 

@@ -1,0 +1,57 @@
+"""``mlbook feedback``: a feedback page for every student who submitted.
+
+Graded submissions get nbgrader's own feedback (hidden tests cleared, tracebacks reduced to
+their message by the configured preprocessors). Submissions that failed as a whole get a page
+that says what happened and what to do, so nobody is left without feedback.
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+from mlbook.course import Course
+from mlbook.files import write_atomic
+from mlbook.nbgrader_env import api_for, failure_reason, in_course
+from mlbook.grading.status import GRADED, StatusStore
+
+_ERROR_PAGE = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{lab}: feedback for {student}</title>
+<style>body{{font-family:sans-serif;max-width:46em;margin:2em auto;line-height:1.5}}
+.box{{border-left:4px solid #c0392b;background:#fdf2f2;padding:0.8em 1.2em}}</style></head>
+<body><h1>{lab}: your submission could not be graded</h1>
+<div class="box"><p><b>What happened:</b> {reason}</p></div>
+<p>No test in this notebook could be scored, so it currently counts 0 points. Common causes are a
+notebook file that is no longer valid JSON (edited outside Jupyter), code that ends the kernel
+(<code>os._exit</code>, running out of memory), or a cell that never finishes.</p>
+<p>Open your notebook, run <i>Kernel &rarr; Restart and Run All</i>, fix the first error you see,
+save, and submit again. Your TA has been told about this submission.</p></body></html>
+"""
+
+
+def write_error_page(path: Path, lab: str, student: str, reason: str) -> None:
+    write_atomic(path, _ERROR_PAGE.format(lab=html.escape(lab), student=html.escape(student),
+                                          reason=html.escape(reason or "unknown error")))
+
+
+def generate_feedback(course: Course, lab: str, students: list[str] | None = None) -> list[Path]:
+    """Write feedback for ``students`` (default: every submission); returns the pages written."""
+    students = students if students is not None else course.students(lab)
+    store = StatusStore(course.status_file)
+    api, pages = None, []
+    for student in students:
+        attempt = store.get(lab, student)
+        page = course.feedback(student, lab)
+        if attempt.status == GRADED:
+            api = api or api_for(course)
+            with in_course(course):
+                result = api.generate_feedback(lab, student, force=True)
+            if result.get("success") and page.is_file():
+                pages.append(page)
+                continue
+            reason = f"feedback could not be generated: {failure_reason(result)}"
+        else:
+            reason = attempt.reason or "this submission has not been graded yet"
+        write_error_page(page, lab, student, reason)
+        pages.append(page)
+    return pages
