@@ -33,7 +33,7 @@ STUDENTS = ("demo-ada", "demo-ben", "demo-cleo", "demo-dev", "demo-eli", "demo-f
 
 def make_demo_class(course: Course, lab: str) -> dict[str, str]:
     """Write the demo submissions of ``lab``; returns student -> what they submitted."""
-    catalogue = load_catalogue(lab)
+    catalogue = load_catalogue(lab, course.source(lab))
     mutants = [m for m in catalogue.mutants if m.demo] or list(catalogue.mutants)
     plan: dict[str, str] = {}
     for student in STUDENTS:

@@ -50,20 +50,13 @@ def unique_grade_ids(course: Course, lab: str, source: NotebookNode) -> list[str
 
 
 def points_are_declared(course: Course, lab: str, source: NotebookNode) -> list[str]:
-    problems, total = [], 0.0
+    """Every graded cell declares a positive number of points (the lab's total is their sum)."""
+    problems = []
     for gid, cell in iter_nbgrader_cells(source):
         meta = nbgrader_meta(cell)
-        if meta.get("grade"):
-            points = meta.get("points")
-            if not isinstance(points, (int, float)) or points <= 0:
-                problems.append(f"graded cell {gid!r} has points {points!r}")
-            else:
-                total += points
-    declared = settings(lab).total_points
-    if declared is None:
-        problems.append(f"mlbook/labs/{lab}/__init__.py declares no TOTAL_POINTS")
-    elif abs(total - declared) > 1e-9:
-        problems.append(f"cells add up to {total:g} points but TOTAL_POINTS is {declared}")
+        points = meta.get("points")
+        if meta.get("grade") and (isinstance(points, bool) or not isinstance(points, (int, float)) or not points > 0):
+            problems.append(f"graded cell {gid!r} has points {points!r}")
     return problems
 
 
@@ -152,7 +145,10 @@ def release_in_sync(course: Course, lab: str, source: NotebookNode) -> list[str]
 
 def catalogue_names_real_cells(course: Course, lab: str, source: NotebookNode) -> list[str]:
     cells = dict(iter_nbgrader_cells(source))
-    catalogue, problems = load_catalogue(lab), []
+    try:
+        catalogue, problems = load_catalogue(lab, course.source(lab)), []
+    except MlbookError as exc:  # a patch that no longer applies to the reference answer
+        return [str(exc)]
     if len(catalogue.alternatives) < 3:
         problems.append(f"the catalogue has {len(catalogue.alternatives)} alternative solutions; at least 3 are required")
     for entry in (*catalogue.mutants, *catalogue.alternatives):

@@ -1,11 +1,10 @@
 """Per-lab grading material (grader only): one package per lab, ``mlbook/labs/<lab>/``.
 
-- ``hidden.py``: the hidden checks the judge runs (``mlbook.judge.server``);
+- ``hidden.py`` (or a ``hidden/`` package): the hidden checks the judge runs (``mlbook.judge.server``),
+  written with the lab kit (``mlbook.labs.kit``);
 - ``catalogue.py``: misconception mutants and alternative correct solutions (``mlbook.authoring.catalogue``);
-- ``__init__.py``: the lab's settings, read here once (``settings``):
+- ``__init__.py``: the lab's settings, read here once (``settings``), each optional:
 
-  ``TOTAL_POINTS``
-      the lab's points, autograded and written; ``mlbook check`` verifies the cells add up to it.
   ``COVERED_BY``
       visible test cell -> the cells whose verdicts it also needs (default ``<cell>_hidden``
       when that cell exists; an explicit ``()``: the cell checks answer data only).
@@ -21,14 +20,19 @@ from __future__ import annotations
 
 import functools
 import importlib
+import os
 from dataclasses import dataclass
 from types import ModuleType
+
+# A course may keep its labs' grading material outside this package (a private repository of
+# hidden tests, a lab added next term): each folder named in MLBOOK_LABS_PATH (separated by
+# os.pathsep) holds more ``<lab>/`` packages, imported as ``mlbook.labs.<lab>`` like these.
+__path__ += [folder for folder in os.environ.get("MLBOOK_LABS_PATH", "").split(os.pathsep) if folder]
 
 
 @dataclass(frozen=True)
 class LabSettings:
     lab: str
-    total_points: float | None
     covered_by: dict[str, tuple[str, ...]]
     not_replayed: frozenset[str]
     forbidden_calls: dict[str, tuple[str, ...]]
@@ -59,7 +63,6 @@ def settings(lab: str) -> LabSettings:
             raise ValueError(f"{lab}: EXTRA_FILES names a file by a plain name, not a notebook: {name!r}")
     return LabSettings(
         lab=lab,
-        total_points=getattr(module, "TOTAL_POINTS", None),
         covered_by={gid: tuple(cells) for gid, cells in getattr(module, "COVERED_BY", {}).items()},
         not_replayed=frozenset(getattr(module, "NOT_REPLAYED", ())),
         forbidden_calls={gid: tuple(names) for gid, names in getattr(module, "FORBIDDEN_CALLS", {}).items()},

@@ -101,7 +101,7 @@ def collect_lab(course: Course, lab: str, students: list[str] | None = None) -> 
         answer.pending = [r.student for r in results if r.status == GRADED and answer.grade_id in r.cells
                           and r.cells[answer.grade_id].score is None]
     try:
-        catalogue = load_catalogue(lab)
+        catalogue = load_catalogue(lab, course.source(lab))
     except MlbookError:
         catalogue = None
     return LabData(lab, tests, written, results, catalogue)
