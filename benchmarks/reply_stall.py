@@ -8,7 +8,7 @@ fresh kernel, alternating two kernel clients: plain nbclient, whose wait for a c
 ``execute_reply`` is one long poll, and the project's client (``mlbook_kernel.polling``, used by
 the grading runner, ``mlbook run``/``validate`` and, through ``nbgrader_config.py``, nbgrader),
 which polls in short slices. A cell that took longer than ``--slow`` seconds is a stall; plain
-nbclient's stalls last the whole cell timeout (issue #9). Prints, for each client, the cells run,
+nbclient's stalls last the whole cell timeout. Prints, for each client, the cells run,
 the stalls and the slowest cell. Not a test: the stall is rare and timing-dependent; run two of
 these at once to load both cores the way grading does.
 """

@@ -33,7 +33,7 @@ import torch
 
 from draws import _authored, solutions
 from harness import LABS
-from mlbook.labs import _support
+from mlbook.labs import kit
 from mlbook.authoring.notebooks import BEGIN_HIDDEN, END_HIDDEN, grade_id, is_answer, is_test
 from mlbook.judge.remote import RemoteError, RemoteObject
 from mlbook_helpers import checks
@@ -398,38 +398,38 @@ NOT_DATA = [None, "0.5", ["0.5", "0.25"], {"a": 1.0}, object(), [[1.0], [1.0, 2.
 
 def test_close_is_false_whenever_the_comparison_cannot_be_made():
     want = np.array([0.5, 0.25])
-    assert _support.close(want.copy(), want)
-    assert _support.close(torch.tensor([0.5, 0.25]), want)
+    assert kit.close(want.copy(), want)
+    assert kit.close(torch.tensor([0.5, 0.25]), want)
     for got in NOT_DATA + [np.array([np.nan, 0.25]), np.array([np.inf, 0.25]), np.array([0.5]), 0.5,
                            np.array([True, False]), np.zeros((0,))]:
-        assert not _support.close(got, want), f"close() accepted {got!r}"
-    assert not _support.close(np.array([np.nan]), np.array([np.nan])), "a NaN reference matches nothing by default"
-    assert _support.close(np.array([np.nan]), np.array([np.nan]), equal_nan=True), "unless the check means it"
-    assert _support.close(np.array([-np.inf, 1.0]), np.array([-np.inf, 1.0])), "the same infinity is equal"
-    assert not _support.close(np.array([np.inf]), np.array([-np.inf]))
-    assert _support.close(np.array([True, False]), np.array([True, False])), "masks compare as masks"
+        assert not kit.close(got, want), f"close() accepted {got!r}"
+    assert not kit.close(np.array([np.nan]), np.array([np.nan])), "a NaN reference matches nothing by default"
+    assert kit.close(np.array([np.nan]), np.array([np.nan]), equal_nan=True), "unless the check means it"
+    assert kit.close(np.array([-np.inf, 1.0]), np.array([-np.inf, 1.0])), "the same infinity is equal"
+    assert not kit.close(np.array([np.inf]), np.array([-np.inf]))
+    assert kit.close(np.array([True, False]), np.array([True, False])), "masks compare as masks"
 
 
 def test_number_boolean_and_array_accept_only_what_they_name():
-    assert _support.number(np.float32(0.5), "x") == 0.5
-    assert _support.number(torch.tensor(2), "x") == 2.0
-    assert _support.number(10**20, "x") == 1e20
+    assert kit.number(np.float32(0.5), "x") == 0.5
+    assert kit.number(torch.tensor(2), "x") == 2.0
+    assert kit.number(10**20, "x") == 1e20
     for bad in NOT_DATA + [float("nan"), float("inf"), True, np.array([0.5]), torch.tensor([0.5]), 1 + 0j]:
         with pytest.raises(Misconception, match=r"^x: got "):
-            _support.number(bad, "x")
-    assert _support.boolean(np.bool_(True), "x") is True
-    assert _support.boolean(torch.tensor(False), "x") is False
+            kit.number(bad, "x")
+    assert kit.boolean(np.bool_(True), "x") is True
+    assert kit.boolean(torch.tensor(False), "x") is False
     for bad in NOT_DATA + [float("nan"), 1, 1.0, np.array([True]), "True"]:
         with pytest.raises(Misconception, match=r"^x: returned "):
-            _support.boolean(bad, "x")
-    assert _support.array([[1.0, 2.0]], "x", shape=(1, 2)).dtype == np.float64
+            kit.boolean(bad, "x")
+    assert kit.array([[1.0, 2.0]], "x", shape=(1, 2)).dtype == np.float64
     for bad in NOT_DATA + [np.array([1.0, np.nan]), np.zeros((0,)), np.array([True, False]), np.array([1, 2])]:
         with pytest.raises(Misconception, match=r"^x: "):
-            _support.array(bad, "x")
+            kit.array(bad, "x")
     with pytest.raises(Misconception, match=r"shape is \(2,\), expected \(3,\)"):
-        _support.array([1.0, 2.0], "x", shape=(3,))
+        kit.array([1.0, 2.0], "x", shape=(3,))
     with pytest.raises(Misconception, match=r"got an array of shape \(2,\) with 1 NaN among its 2 entries"):
-        _support.array([1.0, float("nan")], "the entropy")
+        kit.array([1.0, float("nan")], "the entropy")
 
 
 def test_the_visible_checks_fail_closed_too():
