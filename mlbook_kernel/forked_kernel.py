@@ -62,7 +62,7 @@ def _grow(read_fd: int) -> None:
         args = order["argv"]
         kernel_args = args[args.index("-f"):]
         # jupyter_client's launcher would have set JPY_PARENT_PID, which ipykernel reads at import
-        # (in the zygote): say it here, so the kernel exits if the runner dies, as a launched one does.
+        # (in the fork server): say it here, so the kernel exits if the runner dies, as a launched one does.
         kernel_args.append(f"--IPKernelApp.parent_handle={os.getppid()}")
         sys.argv = [args[0], *kernel_args]
         from ipykernel.kernelapp import IPKernelApp

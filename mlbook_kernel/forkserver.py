@@ -7,7 +7,7 @@ about 4 s of a 12 s notebook on this laptop). This process pays them once; for e
 the grader starts an empty bubblewrap sandbox (``bwrap.placeholder_command``: namespaces, mounts,
 nothing running but ``cat``) and asks for a fork that moves into it:
 
-    zygote --fork--> entrant (joins the sandbox's namespaces and root, then forks and exits)
+    fork server --fork--> entrant (joins the sandbox's namespaces and root, then forks and exits)
                        --fork--> runner, inside the sandbox's process namespace: drops to the
                                  sandbox user, then runs ``mlbook_kernel.runner`` whose kernel is
                                  a fork of itself (``mlbook_kernel.forked_kernel``)
@@ -16,14 +16,14 @@ Isolation is the sandbox's, not weaker: the runner and the kernel live in that s
 mount, process, network, IPC and UTS namespaces, under its uid, rlimits, no capabilities, no
 new privileges and its syscall filter (``mlbook_kernel.seccomp``); when the grader closes the
 placeholder, every process in it dies. Nothing one submission does reaches this process or
-another submission: the zygote is in a process namespace the sandbox cannot see, and each
+another submission: the fork server is in a process namespace the sandbox cannot see, and each
 submission starts from this process's memory, which holds imported libraries only (never the
 grader's package, references or another student's data).
 
-Protocol, on a unix socket pair: the zygote sends ``ready`` once warm; then per request the
+Protocol, on a unix socket pair: the fork server sends ``ready`` once warm; then per request the
 grader sends one JSON line with three file descriptors (the notebook pipe, the log file and the
 runner's private channel to the judge) and
-the zygote answers one JSON line, ``{"pid": entrant_pid}`` or ``{"error": "..."}``.
+the fork server answers one JSON line, ``{"pid": entrant_pid}`` or ``{"error": "..."}``.
 """
 
 from __future__ import annotations
@@ -201,7 +201,7 @@ def _fresh_process_state() -> None:
     try:
         import numpy as np
 
-        np.random.seed()  # numpy's global generator was seeded once, in the zygote
+        np.random.seed()  # numpy's global generator was seeded once, in the fork server
     except ImportError:
         pass
     try:

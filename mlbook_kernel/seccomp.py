@@ -4,7 +4,7 @@ Every process of a submission (the runner, its kernel and anything they start) r
 seccomp filter, installed after ``no_new_privs`` and before any student code: on the cold path
 bubblewrap loads it (``--seccomp FD``, from ``mlbook.sandbox.bwrap``) just before it executes the
 sandbox's first command; on the warm path the fork server's runner installs it itself
-(``zygote._drop_privileges``) once it has become the sandbox user. Filters are inherited by
+(``forkserver._drop_privileges``) once it has become the sandbox user. Filters are inherited by
 children and can never be removed, only stacked.
 
 The convention: the sandbox's namespaces (mount, process, network, IPC, UTS, cgroup) end with

@@ -71,7 +71,7 @@ class ForkServer:
         """Fork a runner into the sandbox ``request`` names; returns the entrant's pid.
 
         Args:
-            request: placeholder_pid, uid, cwd, env, rlimits, runner_args (see the zygote).
+            request: placeholder_pid, uid, cwd, env, rlimits, runner_args (see the fork server).
             out_fd: the write end of the pipe the executed notebook comes back on.
             log_fd: where the runner's and the kernel's stderr go.
             control_fd: the runner's end of its private channel to the judge (``CONTROL_FD`` there).
