@@ -77,7 +77,7 @@ import torch
 from mlbook.labs._support import (RemoteError, array, call_student, close, diagnose, fail, fresh_rng, helper,
                                   items, number)
 from mlbook.sandbox import procmem
-from mlbook.sandbox.remote import lend, session
+from mlbook.judge.remote import lend, session
 from mlbook_helpers.checks import Misconception, data_array, describe
 from mlbook_helpers.measure import format_bytes
 from mlbook_probe.wire import WireError
