@@ -20,5 +20,6 @@ Modules:
                      download, parsed into who, which attempt, which file;
 - ``collect``        ``mlbook collect``: a bulk download placed in nbgrader's layout, the latest
                      attempt before the cutoff, unmatched files and missing students reported;
-- ``handback``       the zip each LMS's bulk feedback upload takes, keyed by the download's names.
+- ``handback``       the zip each LMS's bulk feedback upload takes, keyed by the download's names;
+- ``downloads``      bulk downloads written as Canvas and Moodle write them (the demo, the tests).
 """
