@@ -329,7 +329,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--format", choices=["canvas", "moodle", "pattern"], help="the LMS that made the zip")
     s.add_argument("--pattern", help="for another LMS: a regex over each entry's path with a named group "
                    "student, lms_id or name (and optionally attempt, late)")
-    s.add_argument("--times", help="CSV of submission times (lms_id or student, submitted_at); Canvas's zip has none")
+    s.add_argument("--times", help="CSV of submission times (file_id, lms_id or student; submitted_at): Canvas's zip has none")
     s.set_defaults(func=cmd_collect)
 
     s = sub.add_parser("extend", help="give a student a later due date for a lab (kept in extensions.toml)")

@@ -63,6 +63,7 @@ class Entry:
     late: bool | None  # the LMS's own late marker (None: the format has none)
     prefix: str  # what the LMS put before the file name (the hand-back key)
     lms_ref: str  # the id the LMS's feedback upload keys on (Canvas user id, Moodle participant id)
+    file_ref: str = ""  # the LMS's id of this file (Canvas's attachment id), for ``--times``
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,8 @@ def _canvas(member: Member) -> Entry | Unparsed:
         return Unparsed(member, "not named as Canvas names submissions (<name>_[LATE_]<user id>_<file id>_<file>)")
     order = (int(m["attachment"]), member.modified)
     prefix = base[: m.start("file")]
-    return Entry(member, "lms_id", m["user"], m["name"], m["file"], order, bool(m["late"]), prefix, m["user"])
+    return Entry(member, "lms_id", m["user"], m["name"], m["file"], order, bool(m["late"]), prefix, m["user"],
+                 m["attachment"])
 
 
 def _moodle(member: Member) -> Entry | Unparsed:

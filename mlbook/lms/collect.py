@@ -8,8 +8,9 @@ found; a notebook of another lab is not taken), and one is chosen: the latest at
 ``submitted/<student>/<lab>/<lab>.ipynb`` with nbgrader's ``timestamp.txt`` holding the
 submission time, both atomically, through folders opened without following links.
 
-Submission times, in order: ``--times FILE`` (CSV with ``lms_id`` or ``student`` and
-``submitted_at``, ISO 8601, e.g. from Canvas's submissions API); else for Canvas, whose zip
+Submission times, in order: ``--times FILE`` (CSV with ``submitted_at``, ISO 8601, and one of
+``file_id`` (Canvas's attachment id: one row per attempt), ``lms_id`` or ``student``; e.g. from
+Canvas's submissions API, ``submission_history``); else for Canvas, whose zip
 entries carry the time the zip was made, the ``LATE`` marker decides: a file Canvas does not
 mark late counts as handed in at the due date at the latest, a file it marks late as one second
 after the due date (a warning says its real lateness needs ``--times``); else (Moodle, a
@@ -230,8 +231,8 @@ def _who(entry: Entry, by_lms, by_id, by_name, people, fmt: str) -> tuple[str, s
 
 def _submitted_at(entry: Entry, student: str, fmt: str, given: dict[str, dt.datetime], schedule: Schedule | None,
                   lab: str, report: CollectReport) -> dt.datetime | None:
-    for key in (entry.lms_ref, student, entry.key):
-        if key in given:
+    for key in (entry.file_ref, entry.lms_ref, student, entry.key):
+        if key and key in given:
             return given[key]
     zone = (schedule.timezone if schedule else None) or UTC
     entry_time = entry.member.modified.replace(tzinfo=zone).astimezone(UTC)
@@ -288,7 +289,7 @@ def _grade_ids(data: bytes) -> set[str] | None:
 
 
 def _read_times(path: Path, schedule: Schedule | None) -> dict[str, dt.datetime]:
-    """``--times``: key (lms_id or student) -> submission time."""
+    """``--times``: key (file_id, lms_id or student) -> submission time."""
     zone = (schedule.timezone if schedule else None) or UTC
     try:
         rows = list(csv.DictReader(io.StringIO(path.read_text(encoding="utf-8-sig"), newline="")))
@@ -296,10 +297,10 @@ def _read_times(path: Path, schedule: Schedule | None) -> dict[str, dt.datetime]
         raise MlbookError(f"cannot read {path}: {exc}") from None
     out = {}
     for number, row in enumerate(rows, start=2):
-        key = (row.get("lms_id") or row.get("student") or "").strip()
+        key = (row.get("file_id") or row.get("lms_id") or row.get("student") or "").strip()
         text = (row.get("submitted_at") or "").strip()
         if not key or not text:
-            raise MlbookError(f"{path.name}, line {number}: needs `lms_id` (or `student`) and `submitted_at`")
+            raise MlbookError(f"{path.name}, line {number}: needs `file_id`, `lms_id` or `student`, and `submitted_at`")
         try:
             when = dt.datetime.fromisoformat(text)
         except ValueError:
