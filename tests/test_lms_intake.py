@@ -12,7 +12,7 @@ import zipfile
 import pytest
 
 from lms_fixtures import (CLASS, DUE, EXTENDED, LAB, SCHEDULE, canvas_roster, canvas_uploads, local, make_course,
-                          moodle_roster, moodle_uploads, notebook, times_csv, tree)
+                          copy_course, moodle_roster, moodle_uploads, notebook, times_csv, tree)
 from mlbook.authoring.lint import check_course
 from mlbook.errors import MlbookError
 from mlbook.lms import schedule as schedule_mod
@@ -32,10 +32,19 @@ def course(tmp_path):
     return make_course(tmp_path / "course")
 
 
-@pytest.fixture
-def rostered(course, tmp_path):
-    import_roster(course, canvas_roster(tmp_path / "canvas-roster.csv"))
+@pytest.fixture(scope="module")
+def rostered_template(tmp_path_factory):
+    """A course with the Canvas roster in its gradebook (copied for each test: creating a
+    gradebook costs seconds)."""
+    root = tmp_path_factory.mktemp("lms-template")
+    course = make_course(root / "course")
+    import_roster(course, canvas_roster(root / "canvas-roster.csv"))
     return course
+
+
+@pytest.fixture
+def rostered(rostered_template, tmp_path):
+    return copy_course(rostered_template, tmp_path / "rostered")
 
 
 # --- the schedule ---------------------------------------------------------------------------
