@@ -32,7 +32,7 @@ from torch import nn
 from mlbook.labs._support import RemoteError, array, call_student, close, diagnose, fail, fresh_rng, helper, items, number
 from mlbook_helpers.checks import Misconception, describe
 from mlbook_helpers.transformer_block import TorchAttention
-from mlbook_probe.wire import Handle, WireError
+from mlbook_kernel.wire import Handle, WireError
 
 __all__ = [
     "check_heads",
