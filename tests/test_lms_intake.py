@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import datetime as dt
 import stat
+import subprocess
+import sys
+import warnings
 import struct
 import zipfile
 
@@ -255,10 +258,13 @@ ADA = canvas_name("Lovelace, Ada", 101, 9001, f"{LAB}.ipynb")
     ([("C:\\Users\\" + ADA, b"{}")], "absolute path"),
     ([(_symlink(ADA), b"/etc/passwd")], "symbolic link"),
     ([(ADA.replace("lovelace", "love\nlace"), b"{}")], "control character"),
-], ids=["dotdot", "dotdot-inside", "absolute", "windows-drive", "symlink", "control-character"])
+    ([(ADA, b"{}"), (ADA, b"{}")], "appears twice"),
+], ids=["dotdot", "dotdot-inside", "absolute", "windows-drive", "symlink", "control-character", "duplicate"])
 def test_a_hostile_zip_is_refused_whole_and_the_course_is_unchanged(rostered, tmp_path, entries, reason):
     good = (canvas_name("Müller, Mia", 107, 9002, f"{LAB}.ipynb"), notebook(rostered, "reference"))
-    path = _raw_zip(tmp_path / "hostile.zip", [good, *entries])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zipfile warns about the duplicate it is asked to write
+        path = _raw_zip(tmp_path / "hostile.zip", [good, *entries])
     before = tree(rostered.root)
     with pytest.raises(MlbookError, match=reason) as raised:
         collect(rostered, LAB, path, "canvas")
@@ -353,3 +359,21 @@ def test_a_moodle_name_and_folder_layout_round_trip():
         entry = parse(member, MOODLE)
         assert (entry.key, entry.lms_ref, entry.filename) == ("Zoë Ångström", "502", "my lab.ipynb")
         assert entry.prefix == "Zoë Ångström_502_assignsubmission_file_"
+
+
+def test_the_command_line_imports_collects_extends_and_says_what_it_did(rostered, tmp_path):
+    mlbook = [sys.executable, "-m", "mlbook.cli", "--course", str(rostered.root)]
+    uploads, times = canvas_uploads(rostered)
+    zip_path = write_zip(tmp_path / "canvas.zip", uploads)
+    run = lambda *args: subprocess.run([*mlbook, *args], capture_output=True, text=True, timeout=120)  # noqa: E731
+    done = run("roster", "import", str(canvas_roster(tmp_path / "again.csv")))
+    assert done.returncode == 1 and "line 5:" in done.stdout and "unchanged 9" in done.stdout, done.stdout + done.stderr
+    done = run("extend", "lab01", "ana", "--until", "2027-01-19T09:59")
+    assert done.returncode == 0 and "2027-01-19 09:59 EST" in done.stdout, done.stdout + done.stderr
+    done = run("collect", "lab01", str(zip_path), "--format", "canvas", "--times",
+               str(times_csv(tmp_path / "times.csv", times)))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "collected 7 submission(s)" in done.stdout and "missing (in the roster, no submission): kai, noor" in done.stdout
+    assert "unmatched:" in done.stdout and "not taken:" in done.stdout and "late: zoe" in done.stdout
+    done = run("collect", "lab01", str(zip_path))
+    assert done.returncode == 2 and "--format canvas|moodle" in done.stderr

@@ -24,7 +24,8 @@ after the cutoff), and every roster student with no notebook is ``missing``. A h
 Re-running with a newer download changes only what changed: a submission whose notebook and
 time are the same as on disk is not touched; a changed one is rewritten and its grading status
 cleared (``StatusStore.forget``), so the next ``mlbook autograde`` grades it again and skips the
-rest. What each collected submission came from (entry, LMS ids, the name prefix the hand-back
+rest. A student absent from a newer download keeps what was collected before (an LMS download
+filtered to "needs grading" holds only some students). What each collected submission came from (entry, LMS ids, the name prefix the hand-back
 zip needs) is kept in ``submitted/.collected/<lab>.json``.
 """
 
@@ -156,7 +157,7 @@ def collect(course: Course, lab: str, zip_path: Path, fmt: str, *, pattern: str 
     previous["format"] = fmt
     write_atomic(manifest_path(course, lab), json.dumps(previous, indent=1, ensure_ascii=False, sort_keys=True))
     have = set(chosen) | set(previous["students"])
-    report.missing = sorted(p.id for p in people if p.id not in have)
+    report.missing = sorted(p.id for p in people if p.id not in have and not course.has_submission(p.id, lab))
     return report
 
 
