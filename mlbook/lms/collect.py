@@ -131,6 +131,7 @@ def collect(course: Course, lab: str, zip_path: Path, fmt: str, *, pattern: str 
         chosen = _choose(by_student, schedule, lab, extended, report)
         previous = read_manifest(course, lab)
         store = StatusStore(course.status_file)
+        archive.read_bytes = 0  # the second reads are a subset of the first, which stayed under the cap
         for student, candidate in sorted(chosen.items()):
             try:
                 data = archive.read(candidate.entry.member)
