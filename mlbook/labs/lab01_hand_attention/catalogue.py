@@ -1,6 +1,6 @@
-"""Lab 1's misconception mutants and alternative correct solutions (see mlbook.catalogue)."""
+"""Lab 1's misconception mutants and alternative correct solutions (see mlbook.authoring.catalogue)."""
 
-from mlbook.catalogue import Alternative, Mutant
+from mlbook.authoring.catalogue import Alternative, Mutant
 
 _SOFTMAX_DOC = '''def softmax_rows(S):
     """Softmax over the last axis (over keys), stable for large scores."""

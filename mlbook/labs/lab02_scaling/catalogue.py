@@ -1,6 +1,6 @@
-"""Lab 2's misconception mutants and alternative correct solutions (see mlbook.catalogue)."""
+"""Lab 2's misconception mutants and alternative correct solutions (see mlbook.authoring.catalogue)."""
 
-from mlbook.catalogue import Alternative, Mutant
+from mlbook.authoring.catalogue import Alternative, Mutant
 
 _SPREAD_DOC = '''def dot_product_std(d_k, n_pairs, rng):
     """Standard deviation of n_pairs dot products of unit-variance d_k-vectors drawn from rng."""
