@@ -3,9 +3,10 @@
     python -m mlbook_kernel.forkserver --fd 3      (started by the grader, as root, outside any sandbox)
 
 A fresh kernel spends most of its start on imports (torch, matplotlib, ipykernel, nbclient:
-about 4 s of a 12 s notebook on this laptop). This process pays them once; for each submission
-the grader starts an empty bubblewrap sandbox (``bwrap.placeholder_command``: namespaces, mounts,
-nothing running but ``cat``) and asks for a fork that moves into it:
+about 4 s of a 12 s notebook on this laptop; seaborn, with pandas, adds about 2 s on a cold
+interpreter). This process pays them once; for each submission the grader starts an empty
+bubblewrap sandbox (``bwrap.placeholder_command``: namespaces, mounts, nothing running but
+``cat``) and asks for a fork that moves into it:
 
     fork server --fork--> entrant (joins the sandbox's namespaces and root, then forks and exits)
                        --fork--> runner, inside the sandbox's process namespace: drops to the
@@ -45,7 +46,7 @@ from mlbook_kernel import seccomp
 sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[assignment]
 
 PRELOAD = ("numpy", "scipy.special", "scipy.stats", "torch", "torch.nn.functional", "matplotlib",
-           "matplotlib.pyplot", "ipywidgets", "ipykernel.kernelapp",
+           "matplotlib.pyplot", "pandas", "seaborn", "ipywidgets", "ipykernel.kernelapp",
            "ipykernel.ipkernel", "nbformat", "nbclient", "jupyter_client", "mlbook_helpers", "mlbook_kernel.runner",
            "mlbook_kernel.forked_kernel")
 NAMESPACES = ("ipc", "uts", "net", "cgroup", "pid", "mnt")  # mnt last: it changes what /proc shows

@@ -115,8 +115,12 @@ hidden.check_dot_product_std(dot_product_std)
 
 # %% [markdown]
 # Now the lesson's table: 20,000 pairs at every width from 2 to 256. On log–log axes a power
-# law is a straight line, and √d_k has slope 1/2. The lesson's values are about
-# 1.4, 2, 2.8, 4, 5.7, 8, 11.3, 16.
+# law is a straight line, and √d_k has slope 1/2: √d_k is 1.41, 2, 2.83, 4, 5.66, 8, 11.3, 16.
+# The lesson printed 1.3, 2.1, 2.9, 4.0, 5.7, 8.4, 11.3, 16.0. With 20,000 pairs the standard
+# error of each SD is under 1 % (the rule in the test above), so your table should come within
+# about 2 % of √d_k at every width (this seed gives 1.40, 1.96, 2.82, 4.00, 5.65, 8.04, 11.28,
+# 16.07); the lesson's 1.3 at d_k = 2 and 8.4 at d_k = 64 are about ten standard errors from
+# √d_k, further than a 20,000-pair measurement strays.
 
 # %% nbgrader={"grade_id": "spread_table", "locked": true}
 rng = np.random.default_rng(39)
@@ -384,14 +388,14 @@ for d_k in (8, 64, 512):
 # %% [markdown]
 # What to read in the table:
 #
-# * The raw spread is √d_k again: about 2.8, 8 and 22.6.
+# * The raw spread is √d_k again: 2.90, 7.98 and 22.64 (√d_k = 2.83, 8 and 22.6).
 # * **Scaled by √d_k**, the mean entropy is about 5.74 nats at every width. That is no accident: for
 #   many keys whose scores have variance σ², the entropy is close to log T − σ²/2, and the scale
 #   makes σ² = 1 at every d_k, so log 512 − 0.5 = 5.74.
-# * **Unscaled**, the entropy falls from about 3.5 nats at d_k = 8 to 0.8 at 64 and 0.24 at 512:
+# * **Unscaled**, the entropy falls from 3.39 nats at d_k = 8 to 0.86 at 64 and 0.24 at 512:
 #   rows collapse toward one key.
 # * **Divided by d_k**, the scores have variance 1/d_k, and the entropy climbs toward log T as
-#   d_k grows (6.18, 6.23, 6.24): rows become uniform, and a uniform row reads every value
+#   d_k grows (6.17, 6.23, 6.24): rows become uniform, and a uniform row reads every value
 #   equally, whatever the query asked for.
 
 # %% [markdown]

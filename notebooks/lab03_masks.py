@@ -115,9 +115,10 @@ hidden.check_causal_mask(causal_mask)
 # ### 1b. The causal mask during cached decoding
 #
 # When a decoder generates, it keeps the keys and values of the tokens it has already seen
-# (the KV cache, lab 6) and only computes queries for the `T_new` newest tokens. The scores are
-# then `(T_new, T_total)`: the queries are the **last** `T_new` positions, so query *i* is at
-# absolute position `T_total - T_new + i` and may read keys `0 … T_total - T_new + i`.
+# (the *KV cache*, built in a later section) and only computes queries for the `T_new` newest
+# tokens. The scores are then `(T_new, T_total)`: the queries are the **last** `T_new`
+# positions, so query *i* is at absolute position `T_total - T_new + i` and may read keys
+# `0 … T_total - T_new + i`.
 #
 # (PyTorch's `is_causal=True` aligns a non-square mask the other way, top-left: query 0 reads key 0
 # only. That is not what a cache needs, so build this mask yourself.)

@@ -386,7 +386,7 @@ plt.show()
 #
 # The paper's block (post-LN):
 #
-# h = LayerNorm₁(x + MHA(x, x)),   y = LayerNorm₂(h + FFN(h)),   FFN(h) = W₂ GELU(W₁ h)
+# h = LayerNorm₁(x + MHA(x, x)),   y = LayerNorm₂(h + FFN(h)),   FFN(h) = W₂ GELU(W₁ h + b₁) + b₂
 #
 # Many current models normalise **before** each sublayer instead (pre-LN):
 # h = x + MHA(LN₁(x)), y = h + FFN(LN₂(h)). The `pre_ln` flag selects it. The `residual` flag
