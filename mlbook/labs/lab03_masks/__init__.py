@@ -1,7 +1,5 @@
 """Lab 3: causal and padding masks (grader only)."""
 
-TOTAL_POINTS = 40
-
 #: Visible test cells without a ``<cell>_hidden`` partner -> the hidden checks of the student's
 #: functions that computed the values they read (see mlbook.judge.plan).
 COVERED_BY = {

@@ -3,8 +3,10 @@
 Convention of the lab: a boolean mask is True where attention is allowed.
 """
 
-from mlbook.authoring.catalogue import Alternative, Mutant
+from ..kit import Alternative, Mutant, patch
 
+# The given signature and docstring of each answer cell, for alternatives that write the body
+# another way (mutants are patches of the reference answers of source/lab03_masks/lab03_masks.ipynb).
 _CAUSAL_DOC = '''def causal_mask(T):
     """(1, 1, T, T) bool, True where attention is allowed."""
 '''
@@ -29,219 +31,128 @@ _FUTURE_DOC = '''def outputs_ignore_future(attn_fn, T=6, B=2):
 _PADINV_DOC = '''def padding_invariant(attn_fn, lengths=(5, 3)):
     """True if padding changes no real output and a batch equals one sequence at a time."""
 '''
-_CONVERSIONS = '''def to_key_padding_mask(sdpa_mask):
-    """(B, 1, 1, T_k) True = attend -> (B, T_k) True = ignore."""
-    return {kpm}
 
-
-def to_sdpa_mask(key_padding_mask):
-    """(B, T_k) True = ignore -> (B, 1, 1, T_k) True = attend."""
-    return {sdpa}
-'''
+# apply_mask's fill value and causal_mask's lower triangle, which several entries change.
+_FINFO_MIN = "torch.finfo(scores.dtype).min"
+_TRIL = "torch.tril(torch.ones(T, T, dtype=torch.bool))"
+# The cells each group of mutants must fail.
+_FILL_CELLS = ("test_apply_mask", "test_apply_mask_hidden", "test_scaled_dot_product_attention_hidden")
+_CAUSAL_CELLS = ("test_causal_mask", "test_causal_mask_hidden")
+_PADDING_CELLS = ("test_padding_mask", "test_padding_mask_hidden")
 
 MUTANTS = [
-    Mutant(
-        name="fill-neg-inf",
-        misconception="masked scores filled with -inf: a fully masked row becomes NaN",
-        cells={"apply_mask": _APPLY_DOC + '''    if mask is None:
-        return scores
-    return scores.masked_fill(~mask, float("-inf"))
-'''},
-        must_fail=("test_apply_mask", "test_apply_mask_hidden", "test_scaled_dot_product_attention_hidden"),
-        message=r"-inf",
-        demo=True,
-    ),
-    Mutant(
-        name="fill-neg-1e9",
-        misconception="masked scores filled with -1e9, which is not representable in float16",
-        cells={"apply_mask": _APPLY_DOC + '''    if mask is None:
-        return scores
-    return scores.masked_fill(~mask, -1e9)
-'''},
-        must_fail=("test_apply_mask", "test_apply_mask_hidden", "test_scaled_dot_product_attention_hidden"),
-        message=r"overflow|-1e9|finfo",
-        demo=True,
-    ),
-    Mutant(
-        name="additive-overflow",
-        misconception="an additive finfo.min mask in the scores' dtype, which overflows float16 for negative scores",
-        cells={"apply_mask": _APPLY_DOC + '''    if mask is None:
-        return scores
-    additive = torch.zeros_like(scores).masked_fill(~mask, torch.finfo(scores.dtype).min)
-    return scores + additive
-'''},
-        must_fail=("test_apply_mask_hidden",),
-        message=r"overflow",
-    ),
-    Mutant(
-        name="mask-after-softmax",
-        misconception="mask applied to the weights after the softmax: rows no longer sum to 1",
-        cells={"scaled_dot_product_attention": _SDPA_DOC + '''    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-    attn = F.softmax(scores, dim=-1)
-    if mask is not None:
-        attn = attn.masked_fill(~mask, 0.0)
-    return attn @ v, attn
-'''},
-        must_fail=("test_scaled_dot_product_attention", "test_scaled_dot_product_attention_hidden", "test_causal_tables"),
-        message=r"(after|before) the softmax",
-        demo=True,
-    ),
-    Mutant(
-        name="causal-diagonal-excluded",
-        misconception="causal mask off by one: the diagonal is excluded, so a token cannot read itself",
-        cells={"causal_mask": _CAUSAL_DOC + '''    return torch.tril(torch.ones(T, T, dtype=torch.bool), diagonal=-1)[None, None]
-'''},
-        must_fail=("test_causal_mask", "test_causal_mask_hidden"),
-        message=r"diagonal",
-        demo=True,
-    ),
-    Mutant(
-        name="causal-one-future-key",
-        misconception="causal mask off by one: every query also sees the next key",
-        cells={"causal_mask": _CAUSAL_DOC + '''    return torch.tril(torch.ones(T, T, dtype=torch.bool), diagonal=1)[None, None]
-'''},
-        must_fail=("test_causal_mask", "test_causal_mask_hidden"),
-        message=r"future",
-    ),
-    Mutant(
-        name="causal-inverted",
-        misconception="causal mask of the wrong polarity: True marks the future (positions to block)",
-        cells={"causal_mask": _CAUSAL_DOC + '''    return torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)[None, None]
-'''},
-        must_fail=("test_causal_mask", "test_causal_mask_hidden"),
-        message=r"polarity",
-    ),
-    Mutant(
-        name="cache-top-left",
-        misconception="cached causal mask aligned with the first key instead of the newest position",
-        cells={"causal_mask_with_cache": _CACHE_DOC + '''    return torch.tril(torch.ones(T_new, T_total, dtype=torch.bool))[None, None]
-'''},
-        must_fail=("test_causal_mask_with_cache", "test_causal_mask_with_cache_hidden"),
-        message=r"LAST position|START|T_total - T_new",
-    ),
-    Mutant(
-        name="padding-on-queries",
-        misconception="padding mask applied to the queries (rows) instead of the keys (columns)",
-        cells={"padding_mask": _PADDING_DOC + '''    return (~is_pad)[:, None, :, None]
-'''},
-        must_fail=("test_padding_mask", "test_padding_mask_hidden"),
-        message=r"removes KEYS|query axis",
-        demo=True,
-    ),
-    Mutant(
-        name="padding-inverted",
-        misconception="padding mask of the wrong polarity: True at the PAD tokens",
-        cells={"padding_mask": _PADDING_DOC + '''    return is_pad[:, None, None, :]
-'''},
-        must_fail=("test_padding_mask", "test_padding_mask_hidden"),
-        message=r"polarity|invert",
-        demo=True,
-    ),
-    Mutant(
-        name="combine-with-or",
-        misconception="masks combined with OR instead of AND",
-        cells={"combine_masks": _COMBINE_DOC + '''    combined = None
-    for m in masks:
-        if m is not None:
-            combined = m if combined is None else combined | m
-    return combined
-'''},
-        must_fail=("test_combine_masks", "test_combine_masks_hidden"),
-        message=r"with OR|not OR",
-    ),
-    Mutant(
-        name="conventions-not-inverted",
-        misconception="SDPA's attn_mask passed as MultiheadAttention's key_padding_mask without inverting",
-        cells={"mask_conversions": _CONVERSIONS.format(kpm="sdpa_mask[:, 0, 0, :]",
-                                                       sdpa="key_padding_mask[:, None, None, :]")},
-        must_fail=("test_mask_conversions", "test_mask_conversions_hidden"),
-        message=r"IGNORE|ALLOWED|invert",
-    ),
-    Mutant(
-        name="future-test-first-output-only",
-        misconception="the causal property test changes the last token and looks only at the first output",
-        cells={"outputs_ignore_future": _FUTURE_DOC + '''    x = torch.randn(B, T, D_MODEL)
-    x2 = x.clone()
-    x2[:, -1] = torch.randn(B, D_MODEL)
-    return torch.allclose(attn_fn(x)[:, 0], attn_fn(x2)[:, 0], atol=1e-5)
-'''},
-        must_fail=("test_outputs_ignore_future_hidden",),
-        message=r"leak went unnoticed",
-    ),
-    Mutant(
-        name="padding-test-no-batch",
-        misconception="the padding property test only appends padding to one sequence, never compares a batch",
-        cells={"padding_invariant": _PADINV_DOC + '''    for n in lengths:
-        x = torch.randn(1, n, D_MODEL)
-        alone = attn_fn(x, torch.zeros(1, n, dtype=torch.bool))
-        padded = torch.cat([x, torch.randn(1, 3, D_MODEL)], dim=1)
-        is_pad = torch.tensor([[False] * n + [True] * 3])
-        if not torch.allclose(attn_fn(padded, is_pad)[:, :n], alone, atol=1e-5):
-            return False
-    return True
-'''},
-        must_fail=("test_padding_invariant_hidden",),
-        message=r"BATCH",
-    ),
+    Mutant(name="fill-neg-inf", misconception="masked scores filled with -inf: a fully masked row becomes NaN",
+           cells={"apply_mask": patch(_FINFO_MIN, 'float("-inf")')}, must_fail=_FILL_CELLS, message=r"-inf",
+           demo=True),
+    Mutant(name="fill-neg-1e9", misconception="masked scores filled with -1e9, which is not representable in float16",
+           cells={"apply_mask": patch(_FINFO_MIN, "-1e9")}, must_fail=_FILL_CELLS, message=r"overflow|-1e9|finfo",
+           demo=True),
+    Mutant(name="additive-overflow",
+           misconception="an additive finfo.min mask in the scores' dtype, which overflows float16 for negative scores",
+           cells={"apply_mask": patch("return scores.masked_fill(",
+                                      "return scores + torch.zeros_like(scores).masked_fill(")},
+           must_fail=("test_apply_mask_hidden",), message=r"overflow"),
+    Mutant(name="mask-after-softmax",
+           misconception="mask applied to the weights after the softmax: rows no longer sum to 1",
+           cells={"scaled_dot_product_attention": (
+               patch("    scores = apply_mask(scores, mask)  # (B, H, T_q, T_k)\n", ""),
+               patch("softmax over the keys\n",
+                     "softmax over the keys\n    if mask is not None:\n        attn = attn.masked_fill(~mask, 0.0)\n"),
+           )},
+           must_fail=("test_scaled_dot_product_attention", "test_scaled_dot_product_attention_hidden",
+                      "test_causal_tables"),
+           message=r"(after|before) the softmax", demo=True),
+    Mutant(name="causal-diagonal-excluded",
+           misconception="causal mask off by one: the diagonal is excluded, so a token cannot read itself",
+           cells={"causal_mask": patch(_TRIL, "torch.tril(torch.ones(T, T, dtype=torch.bool), diagonal=-1)")},
+           must_fail=_CAUSAL_CELLS, message=r"diagonal", demo=True),
+    Mutant(name="causal-one-future-key", misconception="causal mask off by one: every query also sees the next key",
+           cells={"causal_mask": patch(_TRIL, "torch.tril(torch.ones(T, T, dtype=torch.bool), diagonal=1)")},
+           must_fail=_CAUSAL_CELLS, message=r"future"),
+    Mutant(name="causal-inverted",
+           misconception="causal mask of the wrong polarity: True marks the future (positions to block)",
+           cells={"causal_mask": patch(_TRIL, "torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)")},
+           must_fail=_CAUSAL_CELLS, message=r"polarity"),
+    Mutant(name="cache-top-left",
+           misconception="cached causal mask aligned with the first key instead of the newest position",
+           cells={"causal_mask_with_cache": patch("torch.arange(T_total - T_new, T_total)",
+                                                  "torch.arange(T_new)")},  # the queries counted from key 0
+           must_fail=("test_causal_mask_with_cache", "test_causal_mask_with_cache_hidden"),
+           message=r"LAST position|START|T_total - T_new"),
+    Mutant(name="padding-on-queries",
+           misconception="padding mask applied to the queries (rows) instead of the keys (columns)",
+           cells={"padding_mask": patch("(~is_pad)[:, None, None, :]", "(~is_pad)[:, None, :, None]")},
+           must_fail=_PADDING_CELLS, message=r"removes KEYS|query axis", demo=True),
+    Mutant(name="padding-inverted", misconception="padding mask of the wrong polarity: True at the PAD tokens",
+           cells={"padding_mask": patch("(~is_pad)", "is_pad")}, must_fail=_PADDING_CELLS, message=r"polarity|invert",
+           demo=True),
+    Mutant(name="combine-with-or", misconception="masks combined with OR instead of AND",
+           cells={"combine_masks": patch("combined & m", "combined | m")},
+           must_fail=("test_combine_masks", "test_combine_masks_hidden"), message=r"with OR|not OR"),
+    Mutant(name="conventions-not-inverted",
+           misconception="SDPA's attn_mask passed as MultiheadAttention's key_padding_mask without inverting",
+           cells={"mask_conversions": (patch("return ~sdpa_mask", "return sdpa_mask"),
+                                       patch("(~key_padding_mask)", "key_padding_mask"))},
+           must_fail=("test_mask_conversions", "test_mask_conversions_hidden"), message=r"IGNORE|ALLOWED|invert"),
+    Mutant(name="future-test-first-output-only",
+           misconception="the causal property test changes the last token and looks only at the first output",
+           cells={"outputs_ignore_future": (
+               patch("x2[:, t + 1:] = torch.randn(B, T - t - 1, D_MODEL)  # change every token after t",
+                     "x2[:, -1] = torch.randn(B, D_MODEL)  # change the last token"),
+               patch("torch.allclose(y[:, : t + 1], y2[:, : t + 1], atol=1e-5)",
+                     "torch.allclose(y[:, 0], y2[:, 0], atol=1e-5)"),
+           )},
+           must_fail=("test_outputs_ignore_future_hidden",), message=r"leak went unnoticed"),
+    Mutant(name="padding-test-no-batch",
+           misconception="the padding property test only appends padding to one sequence, never compares a batch",
+           cells={"padding_invariant": (  # the batch is built, never run
+               patch("    batched = attn_fn(x, is_pad)  # (B, T, D_MODEL)\n", ""),
+               patch("        if not torch.allclose(batched[b, :n], alone[b][0], atol=1e-5):\n"
+                     "            return False\n", ""),
+           )},
+           must_fail=("test_padding_invariant_hidden",), message=r"BATCH"),
 ]
 
 ALTERNATIVES = [
-    Alternative(
-        name="where-fill",
-        description="torch.where with the dtype's finfo.min instead of masked_fill",
-        cells={"apply_mask": _APPLY_DOC + '''    if mask is None:
-        return scores
-    return torch.where(mask, scores, torch.finfo(scores.dtype).min)
-'''},
-    ),
-    Alternative(
-        name="additive-per-dtype",
-        description="an additive float mask built per dtype, added in float32 or wider and clamped at finfo.min",
-        cells={"apply_mask": _APPLY_DOC + '''    if mask is None:
+    Alternative(name="where-fill", description="torch.where with the dtype's finfo.min instead of masked_fill",
+                cells={"apply_mask": patch(f"scores.masked_fill(~mask, {_FINFO_MIN})",
+                                           f"torch.where(mask, scores, {_FINFO_MIN})")}),
+    Alternative(name="additive-per-dtype",
+                description="an additive float mask built per dtype, added in float32 or wider and clamped at "
+                            "finfo.min",
+                cells={"apply_mask": _APPLY_DOC + '''    if mask is None:
         return scores
     low = torch.finfo(scores.dtype).min
     work = torch.promote_types(scores.dtype, torch.float32)
     bias = torch.zeros(mask.shape, dtype=work).masked_fill(~mask, low)
     return (scores.to(work) + bias).clamp(min=low).to(scores.dtype)
-'''},
-    ),
-    Alternative(
-        name="causal-by-index",
-        description="the causal masks built by comparing position indices",
-        cells={
-            "causal_mask": _CAUSAL_DOC + '''    pos = torch.arange(T)
+'''}),
+    Alternative(name="causal-by-index", description="the causal masks built by comparing position indices", cells={
+        "causal_mask": _CAUSAL_DOC + '''    pos = torch.arange(T)
     return (pos[None, :] <= pos[:, None]).view(1, 1, T, T)
 ''',
-            "causal_mask_with_cache": _CACHE_DOC + '''    offset = T_total - T_new
+        "causal_mask_with_cache": _CACHE_DOC + '''    offset = T_total - T_new
     return torch.ones(T_new, T_total, dtype=torch.bool).tril(diagonal=offset).unsqueeze(0).unsqueeze(0)
 ''',
-        },
-    ),
-    Alternative(
-        name="torch-softmax-einsum",
-        description="torch.softmax (not F.softmax) and einsum products",
-        cells={"scaled_dot_product_attention": _SDPA_DOC + '''    scores = torch.einsum("bhqd,bhkd->bhqk", q, k) * q.shape[-1] ** -0.5
+    }),
+    Alternative(name="torch-softmax-einsum", description="torch.softmax (not F.softmax) and einsum products", cells={
+        "scaled_dot_product_attention": _SDPA_DOC + '''    scores = torch.einsum("bhqd,bhkd->bhqk", q, k) * q.shape[-1] ** -0.5
     attn = torch.softmax(apply_mask(scores, mask), dim=-1)
     return torch.einsum("bhqk,bhkd->bhqd", attn, v), attn
-'''},
-    ),
-    Alternative(
-        name="unsqueeze-and-reduce",
-        description="padding mask by logical_not and unsqueeze; masks combined with functools.reduce",
-        cells={
-            "padding_mask": _PADDING_DOC + '''    return torch.logical_not(is_pad).unsqueeze(1).unsqueeze(1)
 ''',
-            "combine_masks": _COMBINE_DOC + '''    import functools
+    }),
+    Alternative(name="unsqueeze-and-reduce",
+                description="padding mask by logical_not and unsqueeze; masks combined with functools.reduce", cells={
+        "padding_mask": _PADDING_DOC + '''    return torch.logical_not(is_pad).unsqueeze(1).unsqueeze(1)
+''',
+        "combine_masks": _COMBINE_DOC + '''    import functools
     present = [m for m in masks if m is not None]
     return functools.reduce(torch.logical_and, present) if present else None
 ''',
-        },
-    ),
-    Alternative(
-        name="one-position-at-a-time",
-        description="property tests that change one token at a time and use left padding",
-        cells={
-            "outputs_ignore_future": _FUTURE_DOC + '''    x = torch.randn(B, T, D_MODEL)
+    }),
+    Alternative(name="one-position-at-a-time",
+                description="property tests that change one token at a time and use left padding", cells={
+        "outputs_ignore_future": _FUTURE_DOC + '''    x = torch.randn(B, T, D_MODEL)
     y = attn_fn(x)
     for t in range(1, T):
         x2 = x.clone()
@@ -250,7 +161,7 @@ ALTERNATIVES = [
             return False
     return True
 ''',
-            "padding_invariant": _PADINV_DOC + '''    T = max(lengths) + 1
+        "padding_invariant": _PADINV_DOC + '''    T = max(lengths) + 1
     xs = [torch.randn(n, D_MODEL) for n in lengths]
     batch = torch.randn(len(xs), T, D_MODEL)
     is_pad = torch.ones(len(xs), T, dtype=torch.bool)
@@ -264,6 +175,5 @@ ALTERNATIVES = [
             return False
     return True
 ''',
-        },
-    ),
+    }),
 ]

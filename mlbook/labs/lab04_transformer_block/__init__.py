@@ -1,7 +1,5 @@
 """Lab 4, the transformer block: grading material (hidden checks and the catalogue)."""
 
-TOTAL_POINTS = 43
-
 # Visible test cells and the hidden cells that must also pass (mlbook.judge.plan): each visible
 # cell is covered by the hidden checks of the functions it exercises.
 COVERED_BY = {

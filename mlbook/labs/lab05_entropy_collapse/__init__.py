@@ -1,8 +1,5 @@
 """Lab 5, entropy collapse: grading material."""
 
-#: The lab's declared total (autograded and manually graded points); `mlbook check` verifies it.
-TOTAL_POINTS = 24
-
 #: Visible tests that read values given cells computed in the kernel with the student's
 #: functions: each counts only when the hidden checks of those functions pass too.
 COVERED_BY = {

@@ -1,9 +1,7 @@
 """Lab 6: chunked attention and the online softmax (grader only).
 
-``COVERED_BY`` and ``NOT_REPLAYED`` are read by the grading sandbox (mlbook.judge.plan).
+``COVERED_BY`` and ``NOT_REPLAYED`` are read by the judge's plan (mlbook.judge.plan).
 """
-
-TOTAL_POINTS = 29
 
 COVERED_BY = {
     # reads the peaks memory_sweep measured for naive and chunked attention in the kernel (numbers the

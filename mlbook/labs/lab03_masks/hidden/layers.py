@@ -1,0 +1,106 @@
+"""Checks of the student's property tests, outputs_ignore_future and padding_invariant.
+
+Each property test is handed a correct layer, which it must pass, and every leaking layer,
+each of which it must catch. The layers are built here from the grader's own
+``mlbook_helpers.masking`` with fresh weights and lent to the kernel (``lend``): the student's
+code can call them, never look inside (a layer's leak is the answer).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from mlbook_helpers.masking import CAUSAL_LEAKS as _CAUSAL_LEAK_NAMES
+from mlbook_helpers.masking import PADDING_LEAKS as _PADDING_LEAK_NAMES
+from mlbook_helpers.masking import D_MODEL, causal_layer_with_leak, padding_layer_with_leak
+
+from ...kit import boolean, call_student, fail, fresh_rng, lend
+
+__all__ = ["check_outputs_ignore_future", "check_padding_invariant"]
+
+
+def _layer_weights(rng: np.random.Generator) -> torch.Tensor:
+    """Fresh (3, D_MODEL, D_MODEL) float32 query, key and value projections for a test layer."""
+    return torch.from_numpy(rng.standard_normal((3, D_MODEL, D_MODEL)) / math.sqrt(D_MODEL)).float()
+
+
+def _causal_layer(weights: torch.Tensor, leak: str | None) -> Any:
+    """A causal layer built here and lent to the student's property test: the kernel can call
+    it, never see which leak it has."""
+    return lend(causal_layer_with_leak(weights, leak))
+
+
+def _padding_layer(weights: torch.Tensor, leak: str | None) -> Any:
+    """A key-padding layer built here and lent to the student's property test."""
+    return lend(padding_layer_with_leak(weights, leak))
+
+
+CAUSAL_LEAKS = {
+    "no mask": "has no causal mask at all",
+    "one future key": "lets every query see one future key (a causal mask off by one)",
+    "after softmax": "applies the causal mask after the softmax, so the future leaks in through the normaliser",
+    "first query sees all": "lets only the FIRST position read the whole sequence",
+}
+
+
+if set(CAUSAL_LEAKS) != set(_CAUSAL_LEAK_NAMES):
+    raise ImportError(f"lab 3 describes the causal leaks {sorted(CAUSAL_LEAKS)} but mlbook_helpers.masking "
+                      f"builds {sorted(_CAUSAL_LEAK_NAMES)}: keep the two lists the same")
+
+
+def _as_bool(res: Any, what: str) -> bool:
+    """A property test's verdict: a truth value (a one-entry boolean tensor counts), never a number."""
+    if isinstance(res, torch.Tensor) and res.dtype == torch.bool and res.numel() == 1:
+        res = res.reshape(())
+    return boolean(res, what, "A property test returns True (property holds) or False (it is violated).")
+
+
+def check_outputs_ignore_future(outputs_ignore_future: Callable) -> None:
+    """The student's property test must pass a correct causal layer and catch every leak."""
+    weights = _layer_weights(fresh_rng())
+    what = "outputs_ignore_future(a correctly masked causal layer)"
+    ok = _as_bool(call_student(outputs_ignore_future, _causal_layer(weights, None), what=what), what)
+    if not ok:
+        fail(what, "returned False",
+             "A correct layer must pass: change only LATER tokens, compare only the EARLIER outputs, and compare "
+             "with a tolerance (torch.allclose), not ==.")
+    for kind, description in CAUSAL_LEAKS.items():
+        what = f"outputs_ignore_future(a layer that {description})"
+        if _as_bool(call_student(outputs_ignore_future, _causal_layer(weights, kind), what=what), what):
+            hint = "Change a later token and check that EVERY earlier output is unchanged (all positions before it)."
+            if kind == "one future key":
+                hint = ("This leak reads only the next token: change the token right after each position you check "
+                        "(e.g. every position t, or the last token while checking ALL earlier outputs).")
+            fail(what, "returned True, so the leak went unnoticed", hint)
+
+
+PADDING_LEAKS = {
+    "no mask": ("ignores the padding mask", "Append padding tokens (random vectors, is_pad True) and compare the real outputs."),
+    "queries": ("masks padded QUERIES instead of padded keys",
+                "Appended padding must not change the real tokens' outputs; padded keys are the ones to remove."),
+    "first sequence": ("uses the first sequence's padding for the whole batch",
+                       "Also compare a padded BATCH of sequences of different lengths with each sequence run alone."),
+}
+
+
+if set(PADDING_LEAKS) != set(_PADDING_LEAK_NAMES):
+    raise ImportError(f"lab 3 describes the padding leaks {sorted(PADDING_LEAKS)} but mlbook_helpers.masking "
+                      f"builds {sorted(_PADDING_LEAK_NAMES)}: keep the two lists the same")
+
+
+def check_padding_invariant(padding_invariant: Callable) -> None:
+    """The student's property test must pass a correct key-padding layer and catch every leak."""
+    weights = _layer_weights(fresh_rng())
+    what = "padding_invariant(a correctly masked layer)"
+    if not _as_bool(call_student(padding_invariant, _padding_layer(weights, None), what=what), what):
+        fail(what, "returned False",
+             "A correct layer must pass: compare only the REAL positions (padded outputs are discarded), "
+             "with a tolerance (torch.allclose).")
+    for kind, (description, hint) in PADDING_LEAKS.items():
+        what = f"padding_invariant(a layer that {description})"
+        if _as_bool(call_student(padding_invariant, _padding_layer(weights, kind), what=what), what):
+            fail(what, "returned True, so the leak went unnoticed", hint)

@@ -1,0 +1,59 @@
+"""sinusoidal_positions: the paper's interleaved sines and cosines."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from ...kit import array, call_student, close, diagnose, fail, first_bad, fresh_rng
+from ._common import view_error
+
+__all__ = ["check_sinusoidal"]
+
+
+def _np_positions(T: int, d: int, variant: str | None = None) -> np.ndarray:
+    """Sinusoidal positions (T, d): sin on even dimensions, cos on odd, angle pos / 10000^(2i/d)."""
+    pos = np.arange(T, dtype=np.float64)[:, None]  # (T, 1)
+    i = np.arange(d // 2, dtype=np.float64)[None, :]  # (1, d/2) pair index
+    if variant == "dim_index":  # exponent from the dimension index, not the pair index
+        k = np.arange(d, dtype=np.float64)[None, :]  # (1, d)
+        ang = pos / 10000 ** (k / d)  # (T, d)
+        pe = np.where(np.arange(d) % 2 == 0, np.sin(ang), np.cos(ang))
+        return pe
+    expo = {"no_two": i / d}.get(variant or "", 2 * i / d)
+    ang = pos / 10000 ** expo  # (T, d/2)
+    if variant == "halves":
+        return np.concatenate([np.sin(ang), np.cos(ang)], axis=-1)  # (T, d)
+    pe = np.empty((T, d))
+    first, second = (np.cos, np.sin) if variant == "swapped" else (np.sin, np.cos)
+    pe[:, 0::2], pe[:, 1::2] = first(ang), second(ang)
+    return pe
+
+
+POSITION_VARIANTS = {
+    "swapped": "sin and cos are swapped: the paper puts sin on the even dimensions (2i) and cos on the odd ones (2i + 1)",
+    "halves": "all sines come first and all cosines second; the paper interleaves them: dimension 2i "
+              "is sin, dimension 2i + 1 is the cos of the same angle",
+    "dim_index": "the exponent uses the dimension index instead of the pair index: both dimensions 2i "
+                 "and 2i + 1 share the angle pos / 10000^(2i / d_model)",
+    "no_two": "the exponent is i / d_model; the paper's is 2i / d_model for pair i",
+}
+
+
+def check_sinusoidal(sinusoidal_positions: Callable) -> None:
+    """sinusoidal_positions(T, d_model) on fresh even widths and lengths, to 1e-9."""
+    rng = fresh_rng()
+    for _ in range(2):
+        T, d = int(rng.integers(9, 40)), 2 * int(rng.integers(5, 24))
+        what = f"sinusoidal_positions({T}, {d})"
+        pe = array(call_student(sinusoidal_positions, T, d, what=what, named=view_error), what)
+        if pe.shape != (T, d):
+            fail(what, f"shape is {pe.shape}", "Expected (T, d_model): one row per position.")
+        ref = _np_positions(T, d)
+        if close(pe, ref, atol=1e-9, rtol=0):
+            continue
+        found = diagnose(pe, {msg: (lambda v=v: _np_positions(T, d, v)) for v, msg in POSITION_VARIANTS.items()},
+                         atol=1e-9, rtol=0)
+        fail(what, found or f"values differ from PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...) "
+                            f"({first_bad(pe, ref, 1e-9, 0)})")

@@ -1,0 +1,89 @@
+"""attention_backward_from_lse: gradients rebuilt block by block from the saved out and lse."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from ...kit import attention_grads, call_student, causal_allowed, close, fail, first_bad, fresh_rng
+from ._common import dtype_name, grads, reference, scores, tensor
+from .memory import check_backward_memory, memory_root
+
+__all__ = ["check_backward_from_lse"]
+
+
+def _backward_variants(q, k, v, out, dout, lse, causal) -> dict:
+    """What known backward mistakes return, as (dq, dk, dv) in float64."""
+    d = q.shape[1]
+    s = scores(q, k, causal)  # (T_q, T_k)
+
+    def mistake(A, D=None, scale=1 / math.sqrt(d), transpose_dk=True):
+        dA = dout @ v.T
+        D = (dout * out).sum(axis=1) if D is None else D
+        dS = A * (dA - D[:, None])
+        dk = (dS.T @ q if transpose_dk else dS @ q) * scale
+        return dS @ k * scale, dk, A.T @ dout
+
+    A = np.exp(s - lse[:, None])
+    with np.errstate(all="ignore"):
+        return {
+            "the 1/sqrt(d_k) scale is missing from dq and dk (S = Q K^T / sqrt(d_k))":
+                lambda: mistake(A, scale=1.0),
+            "the weights were rebuilt as exp(S) / lse: subtract lse in the exponent, A = exp(S - lse)":
+                lambda: mistake(np.exp(s) / lse[:, None]),
+            "D is rowsum(dout) instead of rowsum(dout * out)": lambda: mistake(A, D=dout.sum(axis=1)),
+            "dK is missing the transpose: dK = dS^T Q / sqrt(d_k)": lambda: mistake(A, transpose_dk=False),
+        }
+
+
+def _backward_case(fn, T_q, T_k, d, d_v, c, causal, dtype, rng) -> None:
+    q, k, v = (rng.standard_normal(shape) for shape in ((T_q, d), (T_k, d), (T_k, d_v)))
+    dout = rng.standard_normal((T_q, d_v))
+    if dtype == torch.float32:
+        q, k, v, dout = (x.astype(np.float32).astype(np.float64) for x in (q, k, v, dout))
+    out, lse = reference(q, k, v, causal)
+    if dtype == torch.float32:
+        out, lse = out.astype(np.float32).astype(np.float64), lse.astype(np.float32).astype(np.float64)
+    what = f"attention_backward_from_lse(T_q={T_q}, T_k={T_k}, chunk_size={c}, causal={causal}, {dtype_name(dtype)})"
+    got = call_student(fn, *(tensor(x, dtype) for x in (q, k, v, out, dout, lse)), c, causal=causal, what=what)
+    got = grads(got, what, q.shape, k.shape, v.shape, dtype)
+    ref = attention_grads(q, k, v, dout, causal_allowed(T_q, T_k) if causal else None)
+    want = [ref["dq"], ref["dk"], ref["dv"]]
+    tol = dict(atol=1e-3, rtol=1e-3) if dtype == torch.float32 else dict(atol=1e-8, rtol=1e-8)
+    if all(close(g, w, **tol) for g, w in zip(got, want)):
+        return
+    names = ("dq", "dk", "dv")
+    bad = next(i for i in range(3) if not close(got[i], want[i], **tol))
+    cause = None
+    for message, variant in _backward_variants(q, k, v, out, dout, lse, causal).items():
+        try:
+            values = variant()
+        except Exception:  # a variant that cannot be formed for these shapes does not match
+            continue
+        if close(got[bad], values[bad], **tol):
+            cause = message
+            break
+    if cause is None and c < T_k and names[bad] in ("dq", "dk"):
+        cause = ("correct on one block but not across blocks? Rebuild each block's weights as exp(S_block - lse) "
+                 "with the full row's lse, not from a softmax over the block")
+    fail(f"{what}: {names[bad]}", first_bad(got[bad], want[bad], **tol),
+         cause or "dV = A^T dout; dA = dout V^T; dS = A * (dA - D) with D = rowsum(dout * out); "
+                  "dQ = dS K / sqrt(d_k); dK = dS^T Q / sqrt(d_k); A = exp(S - lse) block by block.")
+
+
+def check_backward_from_lse(fn) -> None:
+    rng = fresh_rng()
+    d, d_v = int(rng.integers(4, 13)), int(rng.integers(2, 9))
+    c = int(rng.integers(5, 11))
+    T = c * int(rng.integers(3, 6)) + int(rng.integers(1, c))
+    _backward_case(fn, T, T, d, d_v, c, True, torch.float64, rng)
+    _backward_case(fn, int(rng.integers(20, 50)), T + 2, d, d_v, c, False, torch.float64, rng)
+    _backward_case(fn, T, T, d, d_v, 1, True, torch.float64, rng)
+    _backward_case(fn, T, T, d, d_v, T + int(rng.integers(0, 10)), False, torch.float64, rng)
+    _backward_case(fn, T, T, d, d_v, c, True, torch.float32, rng)
+    # memory: streaming over key blocks holds (T, chunk_size) slices, never (T, T)
+    root = memory_root()
+    for causal in (False, True):
+        check_backward_memory(fn, rng, causal, root)

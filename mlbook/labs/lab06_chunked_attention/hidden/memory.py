@@ -1,0 +1,284 @@
+"""Memory of chunked_attention and attention_backward_from_lse, measured from outside the kernel.
+
+- Measured from OUTSIDE the student's kernel, by the operating system's accounting:
+  ``procmem`` (``mlbook.sandbox.procmem``, through the kit) resets the peak resident memory of
+  every process of the submission (the sandbox's root, ``RemoteSession.memory_root``, and its
+  descendants), the judge calls the student's function through the socket, and the growth of
+  the processes' peaks is read from the host's ``/proc``. Nothing in the kernel
+  (``mlbook_helpers.measure``, ``tracemalloc``, a torch mode, ``sys.gettrace``) takes part or can
+  tell that it is measured, so an answer that behaves differently when it detects a measurement
+  is measured doing what it does. The sandbox's allocator returns large freed blocks to the
+  system (``bwrap.environment``), so resident memory follows what the call holds. In a check run
+  in-process (no sandbox: the seeded-draw tests, plain ``nbgrader autograde``) the measured
+  process is this one, where the student's function runs. A sandboxed check raises
+  ``procmem.MeasurementError`` (a grader error, never a verdict) without a root pid, or when the
+  process that connected the check's socket (the kernel, by ``SO_PEERCRED``) is not in the
+  root's tree.
+- Every measured call's OUTPUT is checked against the grader's reference: a call whose result
+  is wrong earns nothing, however little memory it used.
+- What is decided is how the peak GROWS, not a constant factor. Each function is measured at
+  two lengths T1 < T2 (T1 about 2,000 and T2 about 2 T1 for the forward, 1,300 and 2,600 for
+  the backward) with the chunk size fixed, causal and not, with d_k, d_v of 4 or 5, so that the
+  (T, d) inputs, outputs and running state grow by a few hundred bytes per token, far less than
+  any (T, chunk_size) matrix (an unmeasured call at T1 comes first: first-use costs are not the
+  call's). The lab forbids the T x T matrix (of scores, weights or a mask) in both functions,
+  and in the forward the (T, chunk_size) one too: its query tiles have chunk_size rows, so its
+  scores are chunk_size x chunk_size. The backward may hold (T, chunk_size) slices (the lab says
+  so), and is measured at chunk sizes near 32, where they are small. The limits
+  (``_TT_ABSOLUTE``, ``_TT_FRACTION``, ``_TC_FRACTION``): the growth at T2 stays below 1/4 of one
+  float32 T2 x T2 matrix, and from T1 to T2 it stays below half a float32 (T, chunk_size) matrix
+  per added token (forward, chunk sizes 384 to 512) or 1/4 of a float32 T x T matrix's growth
+  (backward). A float64 copy of the inputs, float64 tiles or a (T, d) state for all queries
+  change the constant and the growth by O(d) bytes per token, and pass with a margin of 3x or
+  more (measured in the sandbox: at most about 310 bytes per token against a limit of 770 or
+  more, and 1,500 against 3,600 or more in the backward). Over its limit, the forward is measured
+  once more at T2 with half the chunk size: a T x T matrix does not shrink, (T, chunk_size)
+  matrices halve, and the message names which it is. Messages quote the growth measured at
+  each length, per added token, and its growth exponent.
+- Noise: resident memory moves by pages (4 KiB) and by what the interpreter allocates; a limit
+  passed by less than 2x is measured again and the smaller growth counts.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from mlbook_helpers.measure import format_bytes
+
+from ...kit import call_student, close, fail, first_bad, float_tolerance, fresh_rng, procmem, session
+from ._common import f32, grads, out_lse
+
+__all__ = ["memory_root", "check_chunked_memory", "check_backward_memory"]
+
+_MEM_D = (4, 5)  # head widths of the memory runs: (T, d) inputs, outputs and state stay far below a (T, c) matrix
+_MEM_TOL = float_tolerance(torch.float32, loose=True)  # a measured call's float32 output against the float64 reference
+_MEM_ATTEMPTS = 2  # each size is measured again when a limit is passed by less than 2x; the smaller growth counts
+# Rules, in bytes (float32 entries are 4 bytes; T1 < T2 are the two lengths, c the chunk size):
+_TT_ABSOLUTE = 1 / 4  # the growth at T2 stays below 1/4 of one float32 T2 x T2 matrix
+_TT_FRACTION = 1 / 4  # backward: the growth from T1 to T2 stays below 1/4 of one float32 T x T matrix's growth
+_TC_FRACTION = 1 / 2  # forward: the growth from T1 to T2 stays below half a float32 (T, c) matrix per added token
+_TC_SEEN = 1 / 4  # a forward over its limit holds (T, c) matrices when halving c removes 1/4 of one or more
+
+
+def memory_root() -> int:
+    """The host pid whose process tree is measured: the sandbox's root, or this process when the
+    check runs in-process (then the student's function runs here too). A sandboxed check fails
+    closed (MeasurementError, a grader error) without a root, or when the process that connected
+    the check's socket, the kernel, is not in the root's tree."""
+    current = session()
+    if current is None:
+        return os.getpid()
+    root = getattr(current, "memory_root", None)
+    if root is None:
+        raise procmem.MeasurementError(
+            "the sandbox's root pid is unknown (RemoteSession.memory_root is None): the memory of the submission's "
+            "processes cannot be measured from outside")
+    # The kernel process that connected this check's socket must be in the measured tree.
+    procmem.require_in_tree(int(root), procmem.socket_peer(current.conn))
+    return int(root)
+
+
+def _settle(root: int) -> None:
+    """Before a check's first call: when the measured process is this one, let glibc give back what it
+    kept before the thresholds were set (the calls that follow, a warm-up first, fault back what they use)."""
+    if root == os.getpid():
+        procmem.settle_own_allocator(release=True)
+
+
+def _measured_call(fn: Callable, args: tuple, kwargs: dict, what: str, root: int) -> tuple[Any, int]:
+    """(the student's result, the growth of the submission's peak resident memory during the call)."""
+    with procmem.TreePeak(root) as peak:
+        got = call_student(fn, *args, what=what, **kwargs)
+    return got, peak.bytes
+
+
+def _growth_report(peaks: dict[int, int]) -> str:
+    """What was measured, for a message: the growth at each length, per added token, and its exponent."""
+    (T1, p1), (T2, p2) = sorted(peaks.items())
+    per_token = (p2 - p1) / (T2 - T1)
+    if p1 > 0 and p2 > 0:
+        exponent = f"it grew like T^{math.log(p2 / p1) / math.log(T2 / T1):.2f} between the two"
+    else:
+        exponent = "no growth exponent (a growth of 0)"
+    return (f"measured from outside your kernel, the peak memory of your processes grew by {format_bytes(p1)} at "
+            f"T={T1:,} and by {format_bytes(p2)} at T={T2:,}: {per_token:+,.0f} bytes per added token, {exponent}")
+
+
+def _over_limit(peaks: dict[int, int], per_token: float) -> float:
+    """How far the growth goes past its limits, the larger of two ratios (at least 1: over the limit):
+    the growth at the larger length against 1/4 of one float32 T x T matrix, and the growth from the
+    smaller length to the larger against ``per_token`` bytes per added token. NaN counts as over."""
+    (T1, p1), (T2, p2) = sorted(peaks.items())
+    ratio = max(p2 / (_TT_ABSOLUTE * 4 * T2 * T2), (p2 - p1) / (per_token * (T2 - T1)))
+    return ratio if ratio == ratio else math.inf
+
+
+def _memory_sizes(rng: np.random.Generator, low: int, high: int, chunk: int) -> tuple[int, int]:
+    """Two lengths T1 < T2 = about 2 T1, neither a multiple of the chunk size (as a rule)."""
+    T1 = int(rng.integers(low, high))
+    return T1, 2 * T1 + int(rng.integers(1, chunk))
+
+
+def _measure_sizes(fn: Callable, cases: dict[int, tuple[tuple, dict, Callable[[Any, str], None]]], what: Callable,
+                   per_token: float, root: int) -> tuple[dict[int, int], bool]:
+    """Measure one call per length (again, up to _MEM_ATTEMPTS, while over the limit), each call's output checked.
+
+    Args:
+        cases: T -> (args, kwargs, check) where ``check(result, what)`` fails a wrong result.
+        what: T -> the call's description.
+        per_token: the limit of ``_over_limit``.
+    Returns:
+        (T -> the smallest growth measured, whether it is over the limit).
+    """
+    peaks = {T: math.inf for T in cases}
+    for _ in range(_MEM_ATTEMPTS):
+        for T, (args, kwargs, check) in cases.items():
+            got, grown = _measured_call(fn, args, kwargs, what(T), root)
+            check(got, what(T))  # a wrong result earns nothing, however little memory it used
+            peaks[T] = min(peaks[T], grown)
+        ratio = _over_limit(peaks, per_token)
+        if ratio < 1 or ratio >= 2:  # within the limit, or too far over it for noise to explain
+            break
+    return {T: int(p) for T, p in peaks.items()}, not (ratio < 1)
+
+
+def _score_rows(q: torch.Tensor, k: torch.Tensor, causal: bool, rows: int):
+    """Yield (start, S) for blocks of query rows: the scaled (masked) float64 scores, written in place into
+    one reused buffer (the references run between measurements: few and small allocations keep them quick)."""
+    scale = 1.0 / math.sqrt(q.shape[1])
+    buffer = torch.empty(min(rows, q.shape[0]), k.shape[0], dtype=torch.float64)
+    key_pos = torch.arange(k.shape[0])
+    for start in range(0, q.shape[0], rows):
+        s = buffer[:min(rows, q.shape[0] - start)]
+        torch.matmul(q[start:start + rows], k.T, out=s)
+        s.mul_(scale)
+        if causal:
+            s.masked_fill_(key_pos[None, :] > torch.arange(start, start + s.shape[0])[:, None], -math.inf)
+        yield start, s
+
+
+def _reference_rows(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, rows: int = 256):
+    """Full-softmax attention in float64, a block of query rows at a time: (out (T_q, d_v), lse (T_q,))."""
+    q, k, v = (x.to(torch.float64) for x in (q, k, v))
+    out, lse = torch.empty(q.shape[0], v.shape[1], dtype=torch.float64), torch.empty(q.shape[0], dtype=torch.float64)
+    for start, s in _score_rows(q, k, causal, rows):
+        m = s.max(dim=-1, keepdim=True).values  # (rows, 1), finite: every row has an allowed key
+        l = s.sub_(m).exp_().sum(dim=-1, keepdim=True)  # s now holds exp(S - m)
+        out[start:start + s.shape[0]] = (s @ v) / l
+        lse[start:start + s.shape[0]] = (m + l.log())[:, 0]
+    return out.numpy(), lse.numpy()
+
+
+def _chunked_memory_case(fn: Callable, rng: np.random.Generator, causal: bool, root: int) -> None:
+    c = int(rng.integers(384, 513))
+    T1, T2 = _memory_sizes(rng, 1900, 2200, c)
+    d, d_v = (int(rng.integers(_MEM_D[0], _MEM_D[1] + 1)) for _ in range(2))
+    cases = {}
+    for T in (T1, T2):
+        q, k, v = f32(rng, T, d), f32(rng, T, d), f32(rng, T, d_v)
+        want_out, want_lse = _reference_rows(q, k, v, causal)
+
+        def check(got, what, want_out=want_out, want_lse=want_lse, T=T):
+            out, lse = out_lse(got, what, T, d_v, torch.float32)
+            for name, mine, want in (("out", out, want_out), ("lse", lse, want_lse)):
+                if not close(mine, want, **_MEM_TOL):
+                    fail(f"{what}: {name}", first_bad(mine, want, **_MEM_TOL),
+                         "The call whose memory is measured must give the right result too.")
+
+        cases[T] = ((q, k, v, c), {"causal": causal}, check)
+
+    def call(T, chunk=c):
+        return (f"chunked_attention(q, k, v, chunk_size={chunk}, causal={causal}) with T={T:,}, d_k={d}, d_v={d_v}, "
+                "float32")
+
+    _settle(root)
+    args, kwargs, check = cases[T1]
+    check(call_student(fn, *args, what=call(T1), **kwargs), call(T1))  # warm-up: first-use costs are not the call's
+    peaks, over = _measure_sizes(fn, cases, call, _TC_FRACTION * 4 * c, root)
+    if not over:
+        return
+    # Over the limit: a T x T matrix does not shrink with the chunk size, a (T, c) one halves with it.
+    half = c // 2
+    (q, k, v, _), kwargs, check = cases[T2]
+    got, at_half = _measured_call(fn, (q, k, v, half), kwargs, call(T2, half), root)
+    check(got, call(T2, half))
+    matrices = (peaks[T2] - at_half) / (4 * T2 * (c - half))  # float32 (T, c) matrices that went with the chunk
+    what = f"memory of chunked_attention(chunk_size={c}, causal={causal}, d={d})"
+    if not (matrices >= _TC_SEEN):
+        fail(what, f"{_growth_report(peaks)}; one float32 T x T matrix is {format_bytes(4 * T2 * T2)} at T={T2:,}",
+             "That is the growth of a T x T matrix: does your code build the full score matrix, the weights or a "
+             "T x T mask anywhere? Tiles of chunk_size x chunk_size and (T, d) vectors grow only linearly with T.")
+    fail(what, f"{_growth_report(peaks)}, and {format_bytes(at_half)} at T={T2:,} with chunk_size={half}: about "
+               f"{matrices:.1f} float32 (T, chunk_size) matrices",
+         "That is the growth of a T x chunk_size matrix: are all T queries scored against a key block at once? "
+         "Tile the queries too, chunk_size rows at a time, so that every block of scores is chunk_size x chunk_size "
+         "(float64 copies, tiles or a (T, d) state are fine: they grow by a few bytes per token).")
+
+
+def check_chunked_memory(fn) -> None:
+    """chunked_attention's peak memory grows linearly with T, far below a T x T or T x chunk_size matrix."""
+    rng = fresh_rng()
+    root = memory_root()
+    for causal in (False, True):
+        _chunked_memory_case(fn, rng, causal, root)
+
+
+def _backward_reference_rows(q, k, v, dout, causal: bool, rows: int = 256):
+    """(out, lse, dq, dk, dv) in float64, a block of query rows at a time: the grader's own algebra
+    (A = softmax(S), dS = A * (dout V^T - rowsum(dout * out))), never a T x T matrix at once."""
+    q, k, v, dout = (x.to(torch.float64) for x in (q, k, v, dout))
+    scale = 1.0 / math.sqrt(q.shape[1])
+    out, lse, dq = torch.empty(q.shape[0], v.shape[1], dtype=torch.float64), torch.empty(q.shape[0], dtype=torch.float64), \
+        torch.empty_like(q)
+    dk, dv = torch.zeros_like(k), torch.zeros_like(v)
+    for start, A in _score_rows(q, k, causal, rows):
+        stop = start + A.shape[0]
+        m = A.max(dim=-1, keepdim=True).values
+        l = A.sub_(m).exp_().sum(dim=-1, keepdim=True)
+        A.div_(l)  # the rows' weights
+        out[start:stop] = A @ v
+        lse[start:stop] = (m + l.log())[:, 0]
+        dout_r = dout[start:stop]
+        dv += A.T @ dout_r
+        dS = A.mul_(dout_r @ v.T - (dout_r * out[start:stop]).sum(dim=-1, keepdim=True))  # A becomes dS
+        dq[start:stop] = dS @ k * scale
+        dk += dS.T @ q[start:stop] * scale
+    return [x.numpy() for x in (out, lse, dq, dk, dv)]
+
+
+def check_backward_memory(fn: Callable, rng: np.random.Generator, causal: bool, root: int) -> None:
+    """attention_backward_from_lse's peak memory grows far below a T x T matrix (its (T, chunk_size) slices allowed)."""
+    c = int(rng.integers(28, 37))  # (T, c) slices are allowed here; at this c they stay small beside T x T
+    T1, T2 = _memory_sizes(rng, 1200, 1400, c)
+    d, d_v = (int(rng.integers(_MEM_D[0], _MEM_D[1] + 1)) for _ in range(2))
+    cases = {}
+    for T in (T1, T2):
+        q, k, v, dout = f32(rng, T, d), f32(rng, T, d), f32(rng, T, d_v), f32(rng, T, d_v)
+        out, lse, *want = _backward_reference_rows(q, k, v, dout, causal)
+        args = (q, k, v, torch.from_numpy(out.astype(np.float32)), dout, torch.from_numpy(lse.astype(np.float32)), c)
+
+        def check(got, what, want=want, shapes=(q.shape, k.shape, v.shape)):
+            for name, mine, ref in zip(("dq", "dk", "dv"), grads(got, what, *shapes, torch.float32), want):
+                if not close(mine, ref, **_MEM_TOL):
+                    fail(f"{what}: {name}", first_bad(mine, ref, **_MEM_TOL),
+                         "The call whose memory is measured must give the right gradients too.")
+
+        cases[T] = (args, {"causal": causal}, check)
+
+    def call(T):
+        return f"attention_backward_from_lse(chunk_size={c}, causal={causal}) with T={T:,}, d_k={d}, d_v={d_v}, float32"
+
+    _settle(root)
+    args, kwargs, check = cases[T1]
+    check(call_student(fn, *args, what=call(T1), **kwargs), call(T1))  # warm-up: first-use costs are not the call's
+    peaks, over = _measure_sizes(fn, cases, call, _TT_FRACTION * 4 * (T1 + T2), root)
+    if over:
+        fail(f"memory of attention_backward_from_lse(chunk_size={c}, causal={causal}, d={d})",
+             f"{_growth_report(peaks)}; one float32 T x T matrix is {format_bytes(4 * T2 * T2)} at T={T2:,}",
+             "That is the growth of a T x T matrix: stream over key blocks, each needing only a (T, chunk_size) "
+             "slice of A rebuilt from lse; does your code build the full T x T matrix (or a T x T mask)?")
