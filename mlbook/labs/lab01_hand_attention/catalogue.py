@@ -1,126 +1,75 @@
 """Lab 1's misconception mutants and alternative correct solutions (see mlbook.catalogue)."""
 
-from mlbook.catalogue import Alternative, Mutant
+from ..kit import Alternative, Mutant, patch
 
-_SOFTMAX_DOC = '''def softmax_rows(S):
-    """Softmax over the last axis (over keys), stable for large scores."""
-'''
-_ATTENTION_DOC = '''def attention(Q, K, V, mask=None):
-    """Single-head scaled dot-product attention; mask is True where attention is allowed."""
-'''
-
+# Mutants edit the reference answers of source/lab01_hand_attention/lab01_hand_attention.ipynb:
+# each patch is the line a student with that misconception writes differently.
 MUTANTS = [
-    Mutant(
-        name="softmax-over-queries",
-        misconception="softmax taken over the query axis (axis 0) instead of over the keys",
-        cells={"softmax_rows": _SOFTMAX_DOC + '''    S = np.asarray(S, dtype=float)
-    e = np.exp(S - S.max(axis=0, keepdims=True))
-    return e / e.sum(axis=0, keepdims=True)
-'''},
-        must_fail=("test_softmax_rows", "test_softmax_rows_hidden"),
-        message=r"axis|columns",
-        demo=True,
-    ),
-    Mutant(
-        name="no-max-subtraction",
-        misconception="softmax without subtracting the row max: exp overflows to nan for large scores",
-        cells={"softmax_rows": _SOFTMAX_DOC + '''    e = np.exp(np.asarray(S, dtype=float))
-    return e / e.sum(axis=-1, keepdims=True)
-'''},
-        must_fail=("test_softmax_rows", "test_softmax_rows_hidden"),
-        message=r"overflow|subtract.*max",
-        demo=True,
-    ),
-    Mutant(
-        name="divide-by-dk",
-        misconception="scores divided by d_k instead of sqrt(d_k)",
-        cells={"attention": _ATTENTION_DOC + '''    d_k = Q.shape[-1]
-    scores = Q @ K.T / d_k
-    if mask is not None:
-        scores = np.where(mask, scores, -np.inf)
-    weights = softmax_rows(scores)
-    return weights @ V, weights
-'''},
-        must_fail=("test_attention", "test_attention_hidden"),
-        message=r"d_k instead of sqrt|not by d_k",
-        demo=True,
-    ),
-    Mutant(
-        name="mask-after-softmax",
-        misconception="mask applied to the weights after the softmax, so rows no longer sum to 1",
-        cells={"attention": _ATTENTION_DOC + '''    d_k = Q.shape[-1]
-    weights = softmax_rows(Q @ K.T / np.sqrt(d_k))
-    if mask is not None:
-        weights = weights * mask
-    return weights @ V, weights
-'''},
-        must_fail=("test_attention", "test_attention_hidden"),
-        message=r"after the softmax",
-        demo=True,
-    ),
-    Mutant(
-        name="inverted-mask",
-        misconception="mask polarity inverted: True treated as 'blocked'",
-        cells={"attention": _ATTENTION_DOC + '''    d_k = Q.shape[-1]
-    scores = Q @ K.T / np.sqrt(d_k)
-    if mask is not None:
-        scores = np.where(mask, -np.inf, scores)
-    weights = softmax_rows(scores)
-    return weights @ V, weights
-'''},
-        must_fail=("test_attention", "test_attention_hidden"),
-        message=r"polarity|True where attention is ALLOWED",
-    ),
-    Mutant(
-        name="hand-unscaled",
-        misconception="hand-worked weights computed from unscaled scores",
-        cells={"hand_token0": '''raw_scores_0 = [1.0, 1.0, 0.0]
+    Mutant(name="softmax-over-queries",
+           misconception="softmax taken over the query axis (axis 0) instead of over the keys",
+           cells={"softmax_rows": patch("axis=-1", "axis=0", count=2)},  # the max and the sum, both over columns
+           must_fail=("test_softmax_rows", "test_softmax_rows_hidden"), message=r"axis|columns", demo=True),
+    Mutant(name="no-max-subtraction",
+           misconception="softmax without subtracting the row max: exp overflows to nan for large scores",
+           cells={"softmax_rows": patch("np.exp(shifted)", "np.exp(S)")},  # the shifted scores computed, then not used
+           must_fail=("test_softmax_rows", "test_softmax_rows_hidden"), message=r"overflow|subtract.*max", demo=True),
+    Mutant(name="divide-by-dk", misconception="scores divided by d_k instead of sqrt(d_k)",
+           cells={"attention": patch("Q @ K.T / np.sqrt(d_k)", "Q @ K.T / d_k")},
+           must_fail=("test_attention", "test_attention_hidden"), message=r"d_k instead of sqrt|not by d_k", demo=True),
+    Mutant(name="mask-after-softmax",
+           misconception="mask applied to the weights after the softmax, so rows no longer sum to 1",
+           cells={"attention": (
+               patch("    if mask is not None:\n"
+                     "        scores = np.where(mask, scores, -np.inf)"
+                     "  # (T_q, T_k): forbidden keys drop out of the softmax\n", ""),
+               patch("    out = weights @ V",
+                     "    if mask is not None:\n"
+                     "        weights = weights * mask  # (T_q, T_k): forbidden keys get weight 0\n"
+                     "    out = weights @ V"),
+           )},
+           must_fail=("test_attention", "test_attention_hidden"), message=r"after the softmax", demo=True),
+    Mutant(name="inverted-mask", misconception="mask polarity inverted: True treated as 'blocked'",
+           cells={"attention": patch("np.where(mask, scores, -np.inf)", "np.where(mask, -np.inf, scores)")},
+           must_fail=("test_attention", "test_attention_hidden"), message=r"polarity|True where attention is ALLOWED"),
+    # Numbers typed by hand, not an edit: every step after the raw scores differs.
+    Mutant(name="hand-unscaled", misconception="hand-worked weights computed from unscaled scores",
+           cells={"hand_token0": '''raw_scores_0 = [1.0, 1.0, 0.0]
 scaled_scores_0 = [1.0, 1.0, 0.0]
 weights_0 = [0.4223, 0.4223, 0.1554]
 output_0 = [1.0, 1.0]
 '''},
-        must_fail=("test_hand_token0_hidden",),
-        message=r"sqrt",
-    ),
-    Mutant(
-        name="importance-is-attention",
-        misconception="token importance read off the attention weights instead of measured by masking",
-        cells={"token_importance": '''def token_importance_by_masking(classifier, words):
+           must_fail=("test_hand_token0_hidden",), message=r"sqrt"),
+    # Another method, not an edit of the masking loop: the weights of one prediction.
+    Mutant(name="importance-is-attention",
+           misconception="token importance read off the attention weights instead of measured by masking",
+           cells={"token_importance": '''def token_importance_by_masking(classifier, words):
     _, weights = classifier.predict(words)
     return np.asarray(weights)
 '''},
-        must_fail=("test_token_importance", "test_token_importance_hidden"),
-        message=r"attention weights|not the attention",
-    ),
+           must_fail=("test_token_importance", "test_token_importance_hidden"),
+           message=r"attention weights|not the attention"),
 ]
 
 ALTERNATIVES = [
-    Alternative(
-        name="einsum",
-        description="einsum for every product",
-        cells={
-            "project_qkv": '''def project_qkv(X, W_q, W_k, W_v):
+    Alternative(name="einsum", description="einsum for every product", cells={
+        "project_qkv": '''def project_qkv(X, W_q, W_k, W_v):
     return (np.einsum("td,dk->tk", X, W_q), np.einsum("td,dk->tk", X, W_k), np.einsum("td,dv->tv", X, W_v))
 ''',
-            "attention": '''def attention(Q, K, V, mask=None):
+        "attention": '''def attention(Q, K, V, mask=None):
     scores = np.einsum("qd,kd->qk", Q, K) / np.sqrt(Q.shape[-1])
     if mask is not None:
         scores = np.where(mask, scores, -np.inf)
     weights = softmax_rows(scores)
     return np.einsum("qk,kv->qv", weights, V), weights
 ''',
-        },
-    ),
-    Alternative(
-        name="torch",
-        description="torch for the softmax and attention, returning tensors",
-        cells={
-            "softmax_rows": '''import torch
+    }),
+    Alternative(name="torch", description="torch for the softmax and attention, returning tensors", cells={
+        "softmax_rows": '''import torch
 
 def softmax_rows(S):
     return torch.softmax(torch.as_tensor(S, dtype=torch.float64), dim=-1).numpy()
 ''',
-            "attention": '''import torch
+        "attention": '''import torch
 import torch.nn.functional as F
 
 def attention(Q, K, V, mask=None):
@@ -131,13 +80,9 @@ def attention(Q, K, V, mask=None):
     weights = F.softmax(scores, dim=-1)
     return weights @ v, weights
 ''',
-        },
-    ),
-    Alternative(
-        name="loops-float32",
-        description="plain loops over rows and keys, in float32",
-        cells={
-            "softmax_rows": '''import math
+    }),
+    Alternative(name="loops-float32", description="plain loops over rows and keys, in float32", cells={
+        "softmax_rows": '''import math
 
 def softmax_rows(S):
     S = np.asarray(S, dtype=np.float32)
@@ -149,7 +94,7 @@ def softmax_rows(S):
         out[i] = [x / total for x in e]
     return out
 ''',
-            "attention": '''def attention(Q, K, V, mask=None):
+        "attention": '''def attention(Q, K, V, mask=None):
     Q, K, V = (np.asarray(a, dtype=np.float32) for a in (Q, K, V))
     T_q, T_k = Q.shape[0], K.shape[0]
     scores = np.zeros((T_q, T_k), dtype=np.float32)
@@ -164,29 +109,26 @@ def softmax_rows(S):
             out[i] += weights[i, j] * V[j]
     return out, weights
 ''',
-        },
-    ),
-    Alternative(
-        name="scipy-and-finfo",
-        description="scipy.special.softmax, and the most negative finite float instead of -inf for the mask",
-        cells={
-            "softmax_rows": '''from scipy.special import softmax
+    }),
+    Alternative(name="scipy-and-finfo",
+                description="scipy.special.softmax, and the most negative finite float instead of -inf for the mask",
+                cells={
+        "softmax_rows": '''from scipy.special import softmax
 
 def softmax_rows(S):
     return softmax(np.asarray(S, dtype=float), axis=-1)
 ''',
-            "attention": '''def attention(Q, K, V, mask=None):
+        "attention": '''def attention(Q, K, V, mask=None):
     scores = (Q @ K.T) / Q.shape[-1] ** 0.5
     if mask is not None:
         scores = np.where(mask, scores, np.finfo(scores.dtype).min)
     weights = softmax_rows(scores)
     return weights @ V, weights
 ''',
-            "token_importance": '''def token_importance_by_masking(classifier, words):
+        "token_importance": '''def token_importance_by_masking(classifier, words):
     p_full = classifier.predict(words)[0]
     masks = ~np.eye(len(words), dtype=bool)
     return np.array([p_full - classifier.predict(words, keep=list(m))[0] for m in masks])
 ''',
-        },
-    ),
+    }),
 ]

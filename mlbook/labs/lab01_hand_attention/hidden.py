@@ -9,56 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from mlbook_helpers.checks import data_array, describe
 from mlbook_helpers.examples import ticket_example
 
-from .._support import array, boolean, call_student, close, diagnose, fail, fresh_rng, helper, items
-
-# --- the grader's reference ----------------------------------------------------------------
-
-
-def _softmax(S: np.ndarray, axis: int = -1) -> np.ndarray:
-    # A row whose scores are all -inf (only in the wrong variants below: an inverted mask, or
-    # the softmax over queries of a causal mask) becomes NaN, which matches no answer.
-    with np.errstate(invalid="ignore"):
-        z = S - S.max(axis=axis, keepdims=True)  # (..., T_k)
-    e = np.exp(z)
-    return e / e.sum(axis=axis, keepdims=True)
-
-
-def _attention(Q, K, V, mask=None, scale=None, mask_after=False, invert=False):
-    """Reference attention and its known wrong variants. Returns (out, weights)."""
-    d_k = Q.shape[-1]
-    S = Q @ K.T / (np.sqrt(d_k) if scale is None else scale)  # (T_q, T_k)
-    if mask is not None and invert:
-        mask = ~mask
-    if mask is not None and not mask_after:
-        S = np.where(mask, S, -np.inf)  # (T_q, T_k)
-    A = _softmax(S)  # (T_q, T_k)
-    if mask is not None and mask_after:
-        A = A * mask  # (T_q, T_k): the bug, rows no longer sum to 1
-    return A @ V, A  # (T_q, d_v), (T_q, T_k)
-
-
-def _weight_tolerance(got, spread: float) -> float:
-    """Absolute tolerance for attention weights computed by the student.
-
-    float32 answers are correct too: a score of size ~3000 carries a rounding error of
-    ~3000 * 6e-8 = 2e-4 (more after accumulating d_k terms), which moves a weight by up to
-    about that much, so low-precision results get 5e-3 when the scores are large (spread > 10)
-    and 1e-5 otherwise; float64 answers get 1e-6.
-    """
-    dtype = str(getattr(got, "dtype", ""))
-    low_precision = "float32" in dtype or "float16" in dtype
-    return (5e-3 if spread > 10 else 1e-5) if low_precision else 1e-6
-
-
-def _random_mask(rng: np.random.Generator, T_q: int, T_k: int) -> np.ndarray:
-    """(T_q, T_k) bool with about half True and at least one True per row."""
-    mask = rng.random((T_q, T_k)) < 0.5
-    mask[np.arange(T_q), rng.integers(0, T_k, size=T_q)] = True
-    return mask
-
+from ..kit import (array, boolean, call_student, close, data_array, describe, diagnose, fail, fresh_rng, helper,
+                   items, random_mask, seed, softmax, weight_tolerance)
+from ..kit import attention as reference_attention  # the student's function is called `attention`
 
 # --- 1a: hand-worked token 0 ----------------------------------------------------------------
 
@@ -68,7 +23,7 @@ def check_hand_token0(raw, scaled, weights, output) -> None:
     q0 = ex.W_q[0]  # (d_k,)
     raw_ref = ex.W_k @ q0  # (3,)
     scaled_ref = raw_ref / np.sqrt(2)
-    weights_ref = _softmax(scaled_ref)
+    weights_ref = softmax(scaled_ref)
     out_ref = weights_ref @ ex.W_v  # (2,)
     answers = {"raw_scores_0": (raw, raw_ref), "scaled_scores_0": (scaled, scaled_ref),
                "weights_0": (weights, weights_ref), "output_0": (output, out_ref)}
@@ -80,7 +35,7 @@ def check_hand_token0(raw, scaled, weights, output) -> None:
         hint = diagnose(got, {
             "These are the raw scores: divide them by sqrt(d_k) = sqrt(2).": raw_ref,
             "Looks like the scores were divided by d_k = 2 instead of sqrt(d_k).": raw_ref / 2,
-            "These are the softmax of the unscaled scores: scale before the softmax.": _softmax(raw_ref),
+            "These are the softmax of the unscaled scores: scale before the softmax.": softmax(raw_ref),
             "Queries and keys swapped: q0 is row 0 of W_q, the keys are the rows of W_k.": ex.W_q @ ex.W_k[0],
             "That mixes the rows of W_k: the output mixes the value rows (W_v).": weights_ref @ ex.W_k,
         }, atol=2e-3, rtol=0)
@@ -98,8 +53,8 @@ def check_softmax_rows(softmax_rows) -> None:
         what = f"softmax_rows on a ({T_q}, {T_k}) matrix"
         got = call_student(softmax_rows, S.copy(), what=what)
         got_arr = array(got, what, finite=False)  # nan and inf are diagnosed below
-        ref = _softmax(S)
-        tol = _weight_tolerance(got, spread)
+        ref = softmax(S)
+        tol = weight_tolerance(got, spread)
         if close(got_arr, ref, atol=tol, rtol=1e-5):
             continue
         if got_arr.shape == ref.shape and not np.all(np.isfinite(got_arr)):
@@ -107,7 +62,7 @@ def check_softmax_rows(softmax_rows) -> None:
                  "exp overflows for large scores: subtract each row's max before exponentiating.")
         hint = diagnose(got_arr, {
             "Columns sum to 1 instead of rows: the softmax ran over axis 0 (queries), not the last axis (keys).":
-                lambda: _softmax(S, axis=0),
+                lambda: softmax(S, axis=0),
             "The whole matrix sums to 1: normalise each row separately (axis=-1, keepdims=True).":
                 lambda: np.exp(S - S.max()) / np.exp(S - S.max()).sum(),
             "These are exponentials without normalising: divide by each row's sum.":
@@ -141,20 +96,24 @@ def check_project_qkv(project_qkv) -> None:
 
 
 def _attention_variants(Q, K, V, mask):
+    """Message -> the (T_q, T_k) weights that known mistake produces, computed only when needed.
+
+    Where a mistake normalises over entries that are all blocked (a row, under an inverted mask;
+    a column, for the softmax over queries), its weights are NaN, as the mistake's own are.
+    """
     d_k = Q.shape[-1]
     variants = {
-        "Scores were divided by d_k instead of sqrt(d_k).": lambda: _attention(Q, K, V, mask, scale=d_k)[1],
-        "Scores were not scaled: divide Q K^T by sqrt(d_k).": lambda: _attention(Q, K, V, mask, scale=1.0)[1],
+        "Scores were divided by d_k instead of sqrt(d_k).": lambda: reference_attention(Q, K, V, mask, scale=d_k)[1],
+        "Scores were not scaled: divide Q K^T by sqrt(d_k).": lambda: reference_attention(Q, K, V, mask, scale=1.0)[1],
         "The softmax ran over the query axis: normalise over keys (the last axis).":
-            lambda: _softmax(np.where(mask, Q @ K.T / np.sqrt(d_k), -np.inf) if mask is not None
-                             else Q @ K.T / np.sqrt(d_k), axis=0),
+            lambda: reference_attention(Q, K, V, mask, axis=0)[1],
     }
     if mask is not None:
         variants.update({
             "Rows do not sum to 1: the mask was applied after the softmax instead of to the scores.":
-                lambda: _attention(Q, K, V, mask, mask_after=True)[1],
+                lambda: reference_attention(Q, K, V)[1] * mask,  # (T_q, T_k): blocked weights zeroed afterwards
             "Inverted polarity: the mask is True where attention is ALLOWED.":
-                lambda: _attention(Q, K, V, mask, invert=True)[1],
+                lambda: reference_attention(Q, K, V, ~mask)[1],
         })
     return variants
 
@@ -166,17 +125,17 @@ def check_attention(attention) -> None:
         Q = rng.normal(size=(T_q, d_k)) * spread  # (T_q, d_k); spread 60: scores in the thousands
         K = rng.normal(size=(T_k, d_k)) * spread  # (T_k, d_k)
         V = rng.normal(size=(T_k, d_v))  # (T_k, d_v)
-        mask = _random_mask(rng, T_q, T_k) if masked else None
+        mask = random_mask(rng, T_q, T_k) if masked else None  # (T_q, T_k)
         what = f"attention with T_q={T_q}, T_k={T_k}, d_k={d_k}, d_v={d_v}" + (", a random mask" if masked else "")
         kwargs = {"mask": mask.copy()} if masked else {}
         got = call_student(attention, Q.copy(), K.copy(), V.copy(), what=what, **kwargs)
         out, weights = items(got, 2, what, "the pair (out, weights)")
-        ref_out, ref_w = _attention(Q, K, V, mask)
+        ref_out, ref_w = reference_attention(Q, K, V, mask)  # (T_q, d_v), (T_q, T_k)
         w = array(weights, f"{what}: weights", finite=False)  # nan and inf are diagnosed below
         if w.shape != ref_w.shape:
             fail(what, f"weights have shape {w.shape}, expected (T_q, T_k) = {ref_w.shape}",
                  "Scores are Q @ K.T: one row per query, one column per key.")
-        tol = _weight_tolerance(weights, spread)
+        tol = weight_tolerance(weights, spread)
         if not close(w, ref_w, atol=tol, rtol=1e-5):
             hint = diagnose(w, _attention_variants(Q, K, V, mask), atol=tol, rtol=1e-5)
             if hint is None and mask is not None and (np.abs(np.nan_to_num(w[~mask])) > 1e-9).any():  # a diagnosis only
@@ -216,7 +175,7 @@ def check_attention_shapes(attention_shapes) -> None:
 def check_property_checks(rows_are_distributions, outputs_in_value_range) -> None:
     rng = fresh_rng()
     T_q, T_k, d_v = 5, 7, 3
-    good = _softmax(rng.normal(size=(T_q, T_k)) * 2)  # (T_q, T_k)
+    good = softmax(rng.normal(size=(T_q, T_k)) * 2)  # (T_q, T_k)
     negative = good.copy()
     negative[0] = 0.0
     negative[0, :2] = (1.2, -0.2)  # row 0 sums to 1 but has a negative weight
@@ -224,7 +183,7 @@ def check_property_checks(rows_are_distributions, outputs_in_value_range) -> Non
         "valid random weights": (good, True),
         "one row summing to 1.01": (good + np.eye(T_q, T_k) * 0.01, False),
         "a negative weight with rows still summing to 1": (negative, False),
-        "columns (not rows) summing to 1": (_softmax(rng.normal(size=(T_q, T_k)), axis=0), False),
+        "columns (not rows) summing to 1": (softmax(rng.normal(size=(T_q, T_k)), axis=0), False),
     }
     for label, (w, expected) in cases_rows.items():
         got = call_student(rows_are_distributions, w.copy(), what=f"rows_are_distributions on {label}")
@@ -253,9 +212,9 @@ def check_token_importance(token_importance_by_masking) -> None:
     rng = fresh_rng()
     build_in_kernel = helper("mlbook_helpers.ticket_classifier:TicketClassifier.random")
     for _ in range(3):
-        seed = int(rng.integers(2**31))  # the grader's classifier and the student's are built alike
-        classifier = TicketClassifier.random(np.random.default_rng(seed))
-        students_copy = build_in_kernel(np.random.default_rng(seed))
+        built_from = seed(rng)  # the grader's classifier and the student's are built alike
+        classifier = TicketClassifier.random(np.random.default_rng(built_from))
+        students_copy = build_in_kernel(np.random.default_rng(built_from))
         words = list(rng.choice(VOCAB, size=int(rng.integers(3, 7))))
         p_full, weights = classifier.predict(words)
         ref = np.array([p_full - classifier.predict(words, keep=[j != i for j in range(len(words))])[0]

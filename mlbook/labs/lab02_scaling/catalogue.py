@@ -1,7 +1,9 @@
 """Lab 2's misconception mutants and alternative correct solutions (see mlbook.catalogue)."""
 
-from mlbook.catalogue import Alternative, Mutant
+from ..kit import Alternative, Mutant, patch
 
+# The given signature and docstring of each answer cell, for alternatives that write the body
+# another way (mutants are patches of the reference answers of source/lab02_scaling/lab02_scaling.ipynb).
 _SPREAD_DOC = '''def dot_product_std(d_k, n_pairs, rng):
     """Standard deviation of n_pairs dot products of unit-variance d_k-vectors drawn from rng."""
 '''
@@ -11,9 +13,6 @@ _SCORES_DOC = '''def attention_scores(Q, K, scaled=True):
 _ENTROPY_DOC = '''def row_entropy(weights, base):
     """(..., T_k) weights -> (...) entropy of each row in the given log base, 0 log 0 = 0."""
 '''
-_KEYS_DOC = '''def effective_keys(weights):
-    """(..., T_k) weights -> (...) 2 ** (entropy in bits) of each row."""
-'''
 _MEAN_KEYS_DOC = '''def mean_effective_keys(d_k, rng, scaled=True, n_draws=40, n_tokens=8):
     """Effective keys averaged over every row of n_draws random (n_tokens, d_k) Q and K."""
 '''
@@ -21,123 +20,70 @@ _JACOBIAN_DOC = '''def softmax_jacobian(a):
     """(..., T) softmax rows -> (..., T, T) Jacobians diag(a) - a a^T."""
 '''
 
+# The entropy's change of base, which both unit mistakes leave out.
+_NO_CHANGE_OF_BASE = patch(" / math.log(base)", "")
+
 MUTANTS = [
-    Mutant(
-        name="entropy-in-nats",
-        misconception="entropy in nats reported where bits are asked: the base argument is ignored",
-        cells={"row_entropy": _ENTROPY_DOC + '''    logs = np.log(np.where(weights > 0, weights, 1.0))
-    return -(weights * logs).sum(axis=-1)
-'''},
-        must_fail=("test_row_entropy", "test_row_entropy_hidden"),
-        message=r"in nats where bits were asked",
-        demo=True,
-    ),
-    Mutant(
-        name="entropy-in-bits",
-        misconception="entropy in bits reported where nats are asked: log2 whatever the base",
-        cells={"row_entropy": _ENTROPY_DOC + '''    logs = np.log2(np.where(weights > 0, weights, 1.0))
-    return -(weights * logs).sum(axis=-1)
-'''},
-        must_fail=("test_row_entropy", "test_row_entropy_hidden"),
-        message=r"in bits where nats were asked",
-    ),
-    Mutant(
-        name="scale-by-dk",
-        misconception="scores divided by d_k instead of sqrt(d_k)",
-        cells={"attention_scores": _SCORES_DOC + '''    scores = Q @ np.swapaxes(K, -2, -1)
-    if scaled:
-        scores = scores / Q.shape[-1]
-    return scores
-'''},
-        must_fail=("test_attention_scores", "test_attention_scores_hidden", "test_mean_effective_keys",
-                   "test_mean_effective_keys_hidden"),
-        message=r"divided by d_k instead of sqrt\(d_k\)",
-        demo=True,
-    ),
-    Mutant(
-        name="std-wrong-axis",
-        misconception="dot products summed over the pairs axis, so the spread is taken over the wrong axis",
-        cells={"dot_product_std": _SPREAD_DOC + '''    q = rng.standard_normal((n_pairs, d_k))
-    k = rng.standard_normal((n_pairs, d_k))
-    dots = np.sum(q * k, axis=0)
-    return float(np.std(dots))
-'''},
-        must_fail=("test_dot_product_std", "test_dot_product_std_hidden"),
-        message=r"wrong axis",
-        demo=True,
-    ),
-    Mutant(
-        name="effective-keys-exp-bits",
-        misconception="effective keys computed as exp of an entropy in bits",
-        cells={"effective_keys": _KEYS_DOC + '''    return np.exp(row_entropy(weights, 2))
-'''},
-        must_fail=("test_effective_keys", "test_effective_keys_hidden"),
-        message=r"exp of an entropy in bits",
-        demo=True,
-    ),
-    Mutant(
-        name="std-of-products",
-        misconception="the spread of single products q_c k_c measured instead of the spread of their sum",
-        cells={"dot_product_std": _SPREAD_DOC + '''    q = rng.standard_normal((n_pairs, d_k))
-    k = rng.standard_normal((n_pairs, d_k))
-    return float(np.std(q * k))
-'''},
-        must_fail=("test_dot_product_std", "test_dot_product_std_hidden"),
-        message=r"single product",
-    ),
-    Mutant(
-        name="global-random-state",
-        misconception="random numbers drawn from np.random's global state, ignoring the rng argument",
-        cells={"dot_product_std": _SPREAD_DOC + '''    q = np.random.standard_normal((n_pairs, d_k))
-    k = np.random.standard_normal((n_pairs, d_k))
-    return float((q * k).sum(axis=-1).std())
-'''},
-        must_fail=("test_dot_product_std", "test_dot_product_std_hidden"),
-        message=r"rng argument",
-    ),
-    Mutant(
-        name="scaled-flag-ignored",
-        misconception="mean_effective_keys always uses scaled scores, whatever `scaled` says",
-        cells={"mean_effective_keys": _MEAN_KEYS_DOC + '''    Q = rng.standard_normal((n_draws, n_tokens, d_k))
-    K = rng.standard_normal((n_draws, n_tokens, d_k))
-    weights = softmax(np.asarray(attention_scores(Q, K)), axis=-1)
-    return float(np.mean(effective_keys(weights)))
-'''},
-        must_fail=("test_mean_effective_keys", "test_mean_effective_keys_hidden"),
-        message=r"scaled=False was ignored|value matches scaled=",
-    ),
-    Mutant(
-        name="jacobian-elementwise-square",
-        misconception="a a^T written as a * a, so each row of the Jacobian subtracts a_j^2",
-        cells={"softmax_jacobian": _JACOBIAN_DOC + '''    return a[..., :, None] * np.eye(a.shape[-1]) - a[..., None, :] * a[..., None, :]
-'''},
-        must_fail=("test_softmax_jacobian", "test_softmax_jacobian_hidden"),
-        message=r"a \* a is elementwise",
-    ),
+    Mutant(name="entropy-in-nats",
+           misconception="entropy in nats reported where bits are asked: the base argument is ignored",
+           cells={"row_entropy": _NO_CHANGE_OF_BASE},
+           must_fail=("test_row_entropy", "test_row_entropy_hidden"), message=r"in nats where bits were asked",
+           demo=True),
+    Mutant(name="entropy-in-bits",
+           misconception="entropy in bits reported where nats are asked: log2 whatever the base",
+           cells={"row_entropy": (patch("np.log(np.where", "np.log2(np.where"), _NO_CHANGE_OF_BASE)},
+           must_fail=("test_row_entropy", "test_row_entropy_hidden"), message=r"in bits where nats were asked"),
+    Mutant(name="scale-by-dk", misconception="scores divided by d_k instead of sqrt(d_k)",
+           cells={"attention_scores": patch("scores / math.sqrt(d_k)", "scores / d_k")},
+           must_fail=("test_attention_scores", "test_attention_scores_hidden", "test_mean_effective_keys",
+                      "test_mean_effective_keys_hidden"),
+           message=r"divided by d_k instead of sqrt\(d_k\)", demo=True),
+    Mutant(name="std-wrong-axis",
+           misconception="dot products summed over the pairs axis, so the spread is taken over the wrong axis",
+           cells={"dot_product_std": patch("dots = (q * k).sum(axis=-1)  # (n_pairs,)",
+                                           "dots = (q * k).sum(axis=0)  # (d_k,)")},
+           must_fail=("test_dot_product_std", "test_dot_product_std_hidden"), message=r"wrong axis", demo=True),
+    Mutant(name="effective-keys-exp-bits", misconception="effective keys computed as exp of an entropy in bits",
+           cells={"effective_keys": patch("2.0 ** row_entropy(weights, 2)", "np.exp(row_entropy(weights, 2))")},
+           must_fail=("test_effective_keys", "test_effective_keys_hidden"), message=r"exp of an entropy in bits",
+           demo=True),
+    Mutant(name="std-of-products",
+           misconception="the spread of single products q_c k_c measured instead of the spread of their sum",
+           cells={"dot_product_std": patch("float(dots.std())", "float((q * k).std())")},  # the sums computed, not used
+           must_fail=("test_dot_product_std", "test_dot_product_std_hidden"), message=r"single product"),
+    Mutant(name="global-random-state",
+           misconception="random numbers drawn from np.random's global state, ignoring the rng argument",
+           cells={"dot_product_std": patch("rng.standard_normal(", "np.random.standard_normal(", count=2)},
+           must_fail=("test_dot_product_std", "test_dot_product_std_hidden"), message=r"rng argument"),
+    Mutant(name="scaled-flag-ignored",
+           misconception="mean_effective_keys always uses scaled scores, whatever `scaled` says",
+           cells={"mean_effective_keys": patch("attention_scores(Q, K, scaled=scaled)", "attention_scores(Q, K)")},
+           must_fail=("test_mean_effective_keys", "test_mean_effective_keys_hidden"),
+           message=r"scaled=False was ignored|value matches scaled="),
+    Mutant(name="jacobian-elementwise-square",
+           misconception="a a^T written as a * a, so each row of the Jacobian subtracts a_j^2",
+           cells={"softmax_jacobian": patch("outer = a[..., :, None] * a[..., None, :]  # (..., T, T): a_i a_j",
+                                            "outer = a[..., None, :] * a[..., None, :]  # (..., 1, T): a_j a_j")},
+           must_fail=("test_softmax_jacobian", "test_softmax_jacobian_hidden"), message=r"a \* a is elementwise"),
 ]
 
 ALTERNATIVES = [
-    Alternative(
-        name="scipy-stats-entropy",
-        description="row_entropy with scipy.stats.entropy (SciPy has no scipy.special.entropy)",
-        cells={"row_entropy": _ENTROPY_DOC + '''    from scipy.stats import entropy
+    Alternative(name="scipy-stats-entropy",
+                description="row_entropy with scipy.stats.entropy (SciPy has no scipy.special.entropy)",
+                cells={"row_entropy": _ENTROPY_DOC + '''    from scipy.stats import entropy
 
     return entropy(weights, base=base, axis=-1)
-'''},
-    ),
-    Alternative(
-        name="scipy-special-entr",
-        description="row_entropy with scipy.special.entr, which defines 0 log 0 = 0",
-        cells={"row_entropy": _ENTROPY_DOC + '''    from scipy.special import entr
+'''}),
+    Alternative(name="scipy-special-entr", description="row_entropy with scipy.special.entr, which defines 0 log 0 = 0",
+                cells={"row_entropy": _ENTROPY_DOC + '''    from scipy.special import entr
 
     return entr(weights).sum(axis=-1) / np.log(base)
-'''},
-    ),
-    Alternative(
-        name="torch",
-        description="torch instead of numpy for the spread, the scores, the entropy and the Jacobian, returning tensors",
-        cells={
-            "dot_product_std": '''import torch
+'''}),
+    Alternative(name="torch",
+                description="torch instead of numpy for the spread, the scores, the entropy and the Jacobian, "
+                            "returning tensors",
+                cells={
+        "dot_product_std": '''import torch
 
 def dot_product_std(d_k, n_pairs, rng):
     gen = torch.Generator().manual_seed(int(rng.integers(2**62)))
@@ -145,46 +91,41 @@ def dot_product_std(d_k, n_pairs, rng):
     k = torch.randn(n_pairs, d_k, generator=gen, dtype=torch.float64)
     return (q * k).sum(dim=-1).std().item()
 ''',
-            "attention_scores": '''import torch
+        "attention_scores": '''import torch
 
 def attention_scores(Q, K, scaled=True):
     q, k = torch.as_tensor(Q), torch.as_tensor(K)
     scores = q @ k.transpose(-2, -1)
     return scores / q.shape[-1] ** 0.5 if scaled else scores
 ''',
-            "row_entropy": '''import math
+        "row_entropy": '''import math
 import torch
 
 def row_entropy(weights, base):
     w = torch.as_tensor(weights, dtype=torch.float64)
     return -torch.special.xlogy(w, w).sum(dim=-1) / math.log(base)
 ''',
-            "softmax_jacobian": '''import torch
+        "softmax_jacobian": '''import torch
 
 def softmax_jacobian(a):
     a = torch.as_tensor(a, dtype=torch.float64)
     return torch.diag_embed(a) - a.unsqueeze(-1) * a.unsqueeze(-2)
 ''',
-        },
-    ),
-    Alternative(
-        name="exp-of-nats",
-        description="effective keys as exp of the entropy in nats",
-        cells={"effective_keys": _KEYS_DOC + '''    return np.exp(row_entropy(weights, np.e))
-'''},
-    ),
-    Alternative(
-        name="loops",
-        description="a loop over draws for the collapse experiment and over pairs for the spread",
-        cells={
-            "dot_product_std": _SPREAD_DOC + '''    dots = []
+    }),
+    Alternative(name="exp-of-nats", description="effective keys as exp of the entropy in nats",
+                cells={"effective_keys": patch("2.0 ** row_entropy(weights, 2)",
+                                               "np.exp(row_entropy(weights, np.e))")}),
+    Alternative(name="loops",
+                description="a loop over draws for the collapse experiment and over pairs for the spread",
+                cells={
+        "dot_product_std": _SPREAD_DOC + '''    dots = []
     for _ in range(n_pairs):
         q = rng.normal(0.0, 1.0, size=d_k)
         k = rng.normal(0.0, 1.0, size=d_k)
         dots.append(float(np.dot(q, k)))
     return float(np.std(dots, ddof=1))
 ''',
-            "mean_effective_keys": _MEAN_KEYS_DOC + '''    per_draw = []
+        "mean_effective_keys": _MEAN_KEYS_DOC + '''    per_draw = []
     for _ in range(n_draws):
         Q = rng.standard_normal((n_tokens, d_k))
         K = rng.standard_normal((n_tokens, d_k))
@@ -192,22 +133,20 @@ def softmax_jacobian(a):
         per_draw.append(np.asarray(effective_keys(weights)).mean())
     return float(np.mean(per_draw))
 ''',
-        },
-    ),
-    Alternative(
-        name="einsum-and-log-where",
-        description="einsum for the scores, a masked log for the entropy, np.diag-free batched Jacobian via einsum",
-        cells={
-            "attention_scores": _SCORES_DOC + '''    scores = np.einsum("...qd,...kd->...qk", Q, K)
+    }),
+    Alternative(name="einsum-and-log-where",
+                description="einsum for the scores, a masked log for the entropy, np.diag-free batched Jacobian "
+                            "via einsum",
+                cells={
+        "attention_scores": _SCORES_DOC + '''    scores = np.einsum("...qd,...kd->...qk", Q, K)
     return scores / np.sqrt(Q.shape[-1]) if scaled else scores
 ''',
-            "row_entropy": _ENTROPY_DOC + '''    w = np.asarray(weights, dtype=float)
+        "row_entropy": _ENTROPY_DOC + '''    w = np.asarray(weights, dtype=float)
     logs = np.log(w, out=np.zeros_like(w), where=w > 0) / np.log(base)
     return -np.sum(w * logs, axis=-1)
 ''',
-            "softmax_jacobian": _JACOBIAN_DOC + '''    eye = np.eye(a.shape[-1])
+        "softmax_jacobian": _JACOBIAN_DOC + '''    eye = np.eye(a.shape[-1])
     return np.einsum("...i,ij->...ij", a, eye) - np.einsum("...i,...j->...ij", a, a)
 ''',
-        },
-    ),
+    }),
 ]

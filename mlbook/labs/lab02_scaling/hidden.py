@@ -18,12 +18,12 @@ Conventions of this module:
 from __future__ import annotations
 
 import math
-import warnings
 from typing import Any, Callable
 
 import numpy as np
 
-from mlbook.labs._support import array, call_student, close, diagnose, fail, fresh_rng, number
+from ..kit import (array, call_student, close, diagnose, entropy, fail, first_bad, fresh_rng, number, quiet, seed,
+                   softmax)
 
 __all__ = [
     "check_dot_product_std",
@@ -40,41 +40,16 @@ Z_SIGMA = 5.0
 # ----------------------------------------------------------------------------- shared pieces
 
 
-def _call(fn: Callable, *args: Any, what: str, **kwargs: Any) -> Any:
-    """Call the student's function with numpy's floating-point warnings silenced.
-
-    A correct answer such as ``w * np.log(w)`` followed by ``np.nansum`` warns about log(0);
-    nbgrader zeroes a test cell that writes to stderr, so the warning must not escape here.
-    """
-    with warnings.catch_warnings(), np.errstate(all="ignore"):
-        warnings.simplefilter("ignore")
-        return call_student(fn, *args, what=what, **kwargs)
-
-
 def _scalar(value: Any, what: str) -> float:
     """The student's single number: finite and real, or a failure saying what came back."""
     return number(value, what, "Return one float: reduce over every sample at once (float(...) or .item() "
                                "turns a one-entry array into a number); look for a log of 0 or a division by 0.")
 
 
-def _sentence(message: str) -> str:
-    """A diagnosis as a sentence: capitalised, ending with a full stop."""
-    return message[0].upper() + message[1:] + ("" if message.endswith(".") else ".")
-
-
-def _first(values: np.ndarray, n: int = 4) -> list[float]:
-    """The first few of the student's values, rounded for a message (no negative zeros)."""
-    return (np.round(values.ravel()[:n], 4) + 0.0).tolist()
-
-
-def _seed(rng: np.random.Generator) -> int:
-    return int(rng.integers(2**32))
-
-
 def _check_reproducible(call: Callable[[int], float], what: str, rng: np.random.Generator) -> None:
     """Same seed -> same value; another seed -> another value."""
-    seed = _seed(rng)
-    first, again, other = call(seed), call(seed), call(seed + 1)  # finite numbers (_scalar)
+    first_seed = seed(rng)
+    first, again, other = call(first_seed), call(first_seed), call(first_seed + 1)  # finite numbers (_scalar)
     if not first == again:
         fail(what, f"two calls with generators seeded alike returned {first:.6g} and {again:.6g}",
              "Draw every random number from the rng argument (rng.standard_normal), not from "
@@ -82,17 +57,6 @@ def _check_reproducible(call: Callable[[int], float], what: str, rng: np.random.
     if first == other:
         fail(what, f"generators with different seeds both gave {first:.6g}",
              "The rng argument seems to be ignored: draw the queries and keys from it.")
-
-
-def _ref_entropy(w: np.ndarray, base: float) -> np.ndarray:
-    """Row entropy over the last axis, with 0 log 0 = 0."""
-    logs = np.log(np.where(w > 0, w, 1.0))  # (..., T_k); log 1 = 0 where the weight is 0
-    return -(w * logs).sum(axis=-1) / math.log(base)  # (...)
-
-
-def _ref_softmax(s: np.ndarray) -> np.ndarray:
-    e = np.exp(s - s.max(axis=-1, keepdims=True))  # (..., T_k)
-    return e / e.sum(axis=-1, keepdims=True)
 
 
 def _test_weights(rng: np.random.Generator) -> np.ndarray:
@@ -139,7 +103,9 @@ def check_dot_product_std(dot_product_std: Callable) -> None:
     d_ks = [int(rng.integers(150, 400)), int(rng.integers(30, 100)), int(rng.integers(3, 12))]
     for d_k in d_ks:
         what = f"dot_product_std(d_k={d_k}, n_pairs={n_pairs}, rng)"
-        got = _scalar(_call(dot_product_std, d_k, n_pairs, np.random.default_rng(_seed(rng)), what=what), what)
+        students_rng = np.random.default_rng(seed(rng))
+        with quiet():
+            got = _scalar(call_student(dot_product_std, d_k, n_pairs, students_rng, what=what), what)
         # Tolerance. X = q . k is a sum of d_k i.i.d. products q_c k_c with variance 1 and
         # E[(q_c k_c)^4] = E[q^4] E[k^4] = 9, i.e. excess kurtosis 6; a sum of d_k of them has
         # variance d_k and kurtosis kappa = 3 + 6 / d_k. The delta method gives the standard
@@ -150,9 +116,11 @@ def check_dot_product_std(dot_product_std: Callable) -> None:
         if not z <= Z_SIGMA:
             _diagnose_spread(got, d_k, n_pairs, what, z)
 
-    def call(seed: int) -> float:
+    def call(rng_seed: int) -> float:
         what = "dot_product_std(d_k=7, n_pairs=500, rng)"
-        return _scalar(_call(dot_product_std, 7, 500, np.random.default_rng(seed), what=what), what)
+        students_rng = np.random.default_rng(rng_seed)
+        with quiet():
+            return _scalar(call_student(dot_product_std, 7, 500, students_rng, what=what), what)
 
     _check_reproducible(call, "dot_product_std(d_k=7, n_pairs=500, rng)", rng)
 
@@ -175,7 +143,8 @@ def check_attention_scores(attention_scores: Callable) -> None:
         tol = 1e-6 if Q.dtype == np.float64 else 1e-4
         for scaled in (True, False):
             what = f"attention_scores(Q of shape {Q.shape} {Q.dtype}, K of shape {K.shape}, scaled={scaled})"
-            got = array(_call(attention_scores, Q.copy(), K.copy(), scaled=scaled, what=what), what)
+            with quiet():
+                got = array(call_student(attention_scores, Q.copy(), K.copy(), scaled=scaled, what=what), what)
             want = raw / math.sqrt(d_k) if scaled else raw
             if close(got, want, atol=tol, rtol=tol):
                 continue
@@ -197,8 +166,7 @@ def check_attention_scores(attention_scores: Callable) -> None:
                 "scaled=False must return the raw dot products q . k, without dividing": raw / math.sqrt(d_k),
                 "scaled=False divided the scores by d_k; it must return the raw dot products": raw / d_k,
             }, atol=tol, rtol=tol)
-            observed = f"wrong values (first row starts {_first(got.reshape(-1, got.shape[-1])[0], 3)})"
-            fail(what, observed, _sentence(message) if message else
+            fail(what, first_bad(got, want, atol=tol, rtol=tol), message or
                  "Each entry is q_i . k_j over the d_k components, divided by sqrt(d_k) when scaled=True.")
 
 
@@ -209,11 +177,13 @@ def check_row_entropy(row_entropy: Callable) -> None:
     """Entropy of each row of a (2, 4, T_k) batch with zeros, one-hot and uniform rows, in bits and nats."""
     rng = fresh_rng()
     w = _test_weights(rng)  # (2, 4, T_k)
-    nats = _ref_entropy(w, math.e)  # (2, 4)
-    bits = _ref_entropy(w, 2.0)  # (2, 4)
+    nats = entropy(w)  # (2, 4)
+    bits = entropy(w, base=2.0)  # (2, 4)
     for base, name, want in ((2, "2", bits), (math.e, "e", nats)):
         what = f"row_entropy(weights of shape {w.shape}, base={name})"
-        got = array(_call(row_entropy, w.copy(), base=base, what=what), what, finite=False)  # nan: diagnosed below
+        with quiet():
+            # finite=False: a nan (0 log 0) is diagnosed below
+            got = array(call_student(row_entropy, w.copy(), base=base, what=what), what, finite=False)
         if close(got, want):
             continue
         if got.shape != want.shape:
@@ -230,10 +200,10 @@ def check_row_entropy(row_entropy: Callable) -> None:
             **other_unit,
             "the entropy has the wrong sign: H = -sum a log a": -want,
             "multiplied by log(base) instead of dividing: log_b(x) = ln(x) / ln(b)": nats * math.log(base),
-            "an entropy in log base 10: use the base argument": _ref_entropy(w, 10.0),
+            "an entropy in log base 10: use the base argument": entropy(w, base=10.0),
         })
-        fail(what, f"got {_first(got)} for the first rows",
-             _sentence(message) if message else "H = -sum_j a_j log(a_j) / log(base) over each row, with 0 log 0 = 0.")
+        fail(what, first_bad(got, want, atol=1e-6, rtol=1e-6),
+             message or "H = -sum_j a_j log(a_j) / log(base) over each row, with 0 log 0 = 0.")
 
 
 # ----------------------------------------------------------------------------- effective_keys
@@ -243,10 +213,11 @@ def check_effective_keys(effective_keys: Callable) -> None:
     """2 ** (entropy in bits) of each row, on rows with zeros, a one-hot row and a uniform row."""
     rng = fresh_rng()
     w = _test_weights(rng)  # (2, 4, T_k)
-    bits, nats = _ref_entropy(w, 2.0), _ref_entropy(w, math.e)  # (2, 4) each
+    bits, nats = entropy(w, base=2.0), entropy(w)  # (2, 4) each
     want = 2.0**bits  # (2, 4)
     what = f"effective_keys(weights of shape {w.shape})"
-    got = array(_call(effective_keys, w.copy(), what=what), what)
+    with quiet():
+        got = array(call_student(effective_keys, w.copy(), what=what), what)
     if close(got, want):
         return
     if got.shape != want.shape:
@@ -258,9 +229,9 @@ def check_effective_keys(effective_keys: Callable) -> None:
         "returned the entropy in nats itself: effective keys are exp(H_nats) = 2 ** H_bits": nats,
     })
     t_k = w.shape[-1]
-    fail(what, f"got {_first(got)} for the first rows (a uniform row over {t_k} keys gave "
+    fail(what, f"{first_bad(got, want, atol=1e-6, rtol=1e-6)} (a uniform row over {t_k} keys gave "
          f"{float(got[1, 2]):.4g}, a one-hot row {float(got[0, 1]):.4g})",
-         _sentence(message) if message else "A uniform row over T keys has T effective keys and a one-hot row has 1.")
+         message or "A uniform row over T keys has T effective keys and a one-hot row has 1.")
 
 
 # ----------------------------------------------------------------------------- mean_effective_keys
@@ -281,8 +252,8 @@ def _mek_per_draw(rng: np.random.Generator, d_k: int, n_tokens: int, n_draws: in
     """The grader's Monte Carlo: mean effective keys of each draw, scores divided by ``divisor``."""
     Q = rng.standard_normal((n_draws, n_tokens, d_k))  # (n_draws, T, d_k)
     K = rng.standard_normal((n_draws, n_tokens, d_k))  # (n_draws, T, d_k)
-    weights = _ref_softmax(Q @ K.swapaxes(-2, -1) / divisor)  # (n_draws, T, T)
-    bits = _ref_entropy(weights, 2.0)  # (n_draws, T)
+    weights = softmax(Q @ K.swapaxes(-2, -1) / divisor)  # (n_draws, T, T)
+    bits = entropy(weights, base=2.0)  # (n_draws, T)
     return _KEYS_OF_BITS[keys_of_bits](bits)  # (n_draws,)
 
 
@@ -294,8 +265,10 @@ def check_mean_effective_keys(mean_effective_keys: Callable) -> None:
     small, large = int(rng.integers(3, 9)), int(rng.integers(120, 400))
     for d_k, scaled in ((large, False), (large, True), (small, True)):
         what = f"mean_effective_keys(d_k={d_k}, rng, scaled={scaled}, n_draws={n_draws}, n_tokens={n_tokens})"
-        got = _scalar(_call(mean_effective_keys, d_k, np.random.default_rng(_seed(rng)), scaled=scaled,
-                            n_draws=n_draws, n_tokens=n_tokens, what=what), what)
+        students_rng = np.random.default_rng(seed(rng))
+        with quiet():
+            got = _scalar(call_student(mean_effective_keys, d_k, students_rng, scaled=scaled, n_draws=n_draws,
+                                       n_tokens=n_tokens, what=what), what)
 
         def near(divisor: float, tokens: int = n_tokens, keys_of_bits: str = "right") -> bool:
             # Draws are independent, so a mean over n draws has standard error s / sqrt(n), with s
@@ -323,12 +296,14 @@ def check_mean_effective_keys(mean_effective_keys: Callable) -> None:
         else:
             hint = ("Draw Q and K as (n_draws, n_tokens, d_k) standard normals from rng, take the softmax of "
                     "attention_scores(Q, K, scaled) over the keys and average effective_keys over every row.")
-        fail(what, f"got {got:.4g}, outside the range the sample size allows", _sentence(hint))
+        fail(what, f"got {got:.4g}, outside the range the sample size allows", hint)
 
-    def call(seed: int) -> float:
+    def call(rng_seed: int) -> float:
         what = "mean_effective_keys(d_k=5, rng, scaled=True, n_draws=20, n_tokens=6)"
-        return _scalar(_call(mean_effective_keys, 5, np.random.default_rng(seed), scaled=True, n_draws=20,
-                             n_tokens=6, what=what), what)
+        students_rng = np.random.default_rng(rng_seed)
+        with quiet():
+            return _scalar(call_student(mean_effective_keys, 5, students_rng, scaled=True, n_draws=20, n_tokens=6,
+                                        what=what), what)
 
     _check_reproducible(call, "mean_effective_keys(d_k=5, rng, scaled=True, n_draws=20, n_tokens=6)", rng)
 
@@ -345,7 +320,8 @@ def check_softmax_jacobian(softmax_jacobian: Callable) -> None:
         outer = a[..., :, None] * a[..., None, :]  # (..., T, T)
         diag = a[..., :, None] * np.eye(t)  # (..., T, T)
         want = diag - outer  # (..., T, T)
-        got = array(_call(softmax_jacobian, a.copy(), what=what), what)
+        with quiet():
+            got = array(call_student(softmax_jacobian, a.copy(), what=what), what)
         if close(got, want):
             continue
         if got.shape != want.shape:
@@ -359,6 +335,6 @@ def check_softmax_jacobian(softmax_jacobian: Callable) -> None:
             "the product a * a is elementwise, so each row subtracts a_j^2: a a^T is the outer product, with entries a_i a_j": diag - (a**2)[..., None, :],
             "a^T a is an inner product (one number): the Jacobian subtracts the outer product a a^T": diag - (a**2).sum(-1)[..., None, None],
         })
-        sums = got.sum(axis=-1)
-        fail(what, f"rows of your Jacobian sum to {_first(sums, 3)}",
-             _sentence(message) if message else "Entry (i, j) is a_i (1[i = j] - a_j); every row sums to 0.")
+        sums = (np.round(got.sum(axis=-1).ravel()[:3], 4) + 0.0).tolist()  # the first rows' sums, no negative zeros
+        fail(what, f"rows of your Jacobian sum to {sums}",
+             message or "Entry (i, j) is a_i (1[i = j] - a_j); every row sums to 0.")
