@@ -24,14 +24,22 @@
 #    tolerance against `torch.nn.functional.scaled_dot_product_attention`;
 # 4. write the backward pass from the saved log-sum-exp (T numbers, not T²) and check it
 #    against autograd;
-# 5. measure peak memory and time of naive, chunked and PyTorch's fused attention.
+# 5. measure peak memory and time of naive, chunked and PyTorch's fused attention;
+# 6. measure this CPU's roofline (how fast it multiplies, how fast it moves bytes) and place
+#    naive and tiled attention on it by their arithmetic intensity;
+# 7. measure what kernel fusion saves: one pass over memory instead of five;
+# 8. write linear attention, the kernelised form of attention, as an O(T) recurrence, and
+#    see when to use which attention.
+#
+# **Time.** About 2.5 hours for sections 1 to 12; the extension at the end is optional and
+# ungraded (15 minutes). The whole notebook runs in well under a minute.
 #
 # **Grading.** Cells marked with points are graded. Visible tests run as you go; hidden tests
 # run when your notebook is graded, on fresh random inputs: other lengths (not multiples of the
 # chunk size), chunk sizes 1 and ≥ T, very large scores, causal and not, float32 and float64,
 # and a memory check, measured from outside your kernel, that fails any version whose memory grows
 # like a T × T matrix (or, in `chunked_attention`, like a T × chunk_size one). A failing test names
-# the likely misconception. The written answer at the end is graded by a TA.
+# the likely misconception. The written answer (section 8) is graded by a TA.
 
 # %% [markdown]
 # ## Setup
@@ -679,3 +687,428 @@ expect(abs(slowdown_vs_sdpa - chunk_times[fastest_chunk] / sdpa_time) < 1e-6 * s
 # of SDPA, quoting their own times. 1 point: (c) out and lse (T numbers), A = exp(S - lse),
 # D = rowsum(dout * out).
 # ### END SOLUTION
+
+# %% [markdown]
+# ## 9. Where the time goes: memory traffic and the roofline
+#
+# Sections 6 and 7 measured how much memory attention *holds* and how long it takes. What
+# FlashAttention set out to reduce is a third quantity: how many bytes *travel* between the two
+# memories of the machine.
+#
+# * A GPU computes out of a small, fast **on-chip SRAM**. An A100 has 192 KB of it beside each of
+#   its 108 streaming multiprocessors (about 20 MB in all, read at about 19 TB/s), and 40 to 80 GB
+#   of **HBM** read at 1.5 to 2.0 TB/s (the figures of the FlashAttention paper). Every operand
+#   comes from HBM into SRAM, every result goes back.
+# * A CPU has the same two levels under other names: the **caches** next to each core (L1, L2)
+#   and shared (L3), and the **main memory** (DRAM).
+#
+# A computation's **arithmetic intensity** is its FLOPs divided by the bytes it moves to and from
+# the large, slow memory. A machine of peak rate P (FLOP/s) and bandwidth W (bytes/s) runs a
+# computation of intensity I at most at `min(P, I · W)` FLOP/s: the **roofline**. At the
+# **ridge point** `I = P / W` the two limits meet. Left of it a computation waits for memory
+# (memory-bound); right of it, for arithmetic (compute-bound).
+
+# %% [markdown]
+# The chapter's example is a GPT-2-small layer (d = 768, H = 12) at T = 1,024 and B = 8:
+# projections 38 GFLOP, attention matmuls 26 GFLOP, and the softmax "about 0.1 GFLOP but touching
+# 400 MB". Its rule of thumb: the softmax does about 1 FLOP per byte, while an H100 needs about 300
+# to be compute-bound (989 TFLOP/s of bf16 over 3.35 TB/s of HBM). The cell recomputes each number.
+
+# %% nbgrader={"grade_id": "chapter_traffic", "locked": true}
+B_GPT, T_GPT, D_GPT, H_GPT = 8, 1024, 768, 12
+projection_flops = 8 * B_GPT * T_GPT * D_GPT**2  # W_Q, W_K, W_V and W_O on every token
+matmul_flops = 4 * B_GPT * T_GPT**2 * D_GPT  # Q K^T and A V, all heads
+softmax_entries = B_GPT * H_GPT * T_GPT**2  # one weight per (sequence, head, query, key)
+print(f"projections {projection_flops / 1e9:.1f} GFLOP, attention matmuls {matmul_flops / 1e9:.1f} GFLOP")
+print(f"softmax: {softmax_entries / 1e9:.2f} G entries, {4 * softmax_entries / 1e6:.0f} MB to read once in float32")
+for flops_per_entry in (1, 5):  # the chapter's count; max, subtract, exp, add and divide make 5
+    print(f"  at {flops_per_entry} FLOP(s) per entry, read and written in float32: "
+          f"{flops_per_entry / 8:.3f} FLOPs per byte")
+print(f"H100 ridge point: {989e12 / 3.35e12:.0f} FLOPs per byte")
+
+# %% [markdown]
+# The numbers carry over. One correction of degree: counted either way, the softmax does *less*
+# than 1 FLOP per byte (0.125 to 0.625), so "about 1" is generous, and the conclusion is the
+# chapter's: hundreds of times left of a GPU's ridge, the softmax is memory-bound.
+#
+# Now **this machine**. `mlbook_helpers.roofline` times a 512 × 512 float32 matrix product (near
+# the peak rate of one core) and copies of two buffers: one small enough for the caches, one far
+# larger than any cache. Your numbers are your machine's: the cell prints them, and what follows
+# is computed from them.
+
+# %% nbgrader={"grade_id": "machine_roofline", "locked": true}
+from mlbook_helpers.roofline import copy_rate, matmul_rate, roofline_plot
+
+peak_flops = matmul_rate(512)  # FLOP/s of one thread
+bandwidth = {"cache (256 KiB copy)": copy_rate(2**18), "main memory (64 MiB copy)": copy_rate(2**26)}
+ridge = peak_flops / bandwidth["main memory (64 MiB copy)"]  # FLOPs per byte
+print(f"matrix product: {peak_flops / 1e9:.0f} GFLOP/s")
+for name, bw in bandwidth.items():
+    print(f"{name}: {bw / 1e9:.1f} GB/s, ridge point {peak_flops / bw:.1f} FLOPs per byte")
+
+# %% [markdown]
+# ### Counting the bytes of attention
+#
+# Count the entries each algorithm moves between the large memory and the small one, for one
+# head (an entry is `bytes_per_entry` bytes; d_k = d_v = d). Both algorithms do the same FLOPs,
+# `4 T² d` (Q Kᵀ and A V at 2 FLOPs per multiply-add; leave out the softmax's few per entry).
+#
+# * **Naive**: three kernels, each reading its inputs from memory and writing its output back.
+#   `S = Q Kᵀ` reads Q and K (2Td) and writes S (T²); the softmax reads S and writes A (2T²);
+#   `O = A V` reads A and V (T² + Td) and writes O (Td). In all **4Td + 4T²** entries.
+# * **Tiled**, in the order of your `chunked_attention`: a tile of `chunk_size` query rows is read
+#   once, then every key and value block streams past it while the tile's scores and running state
+#   stay in the small memory. Q is read once (Td), K and V once per query tile
+#   (2Td · ⌈T / chunk_size⌉, the last tile may be shorter), O written once (Td). In all
+#   **2Td + 2Td · ⌈T / chunk_size⌉** entries: no T² term.
+#
+# Write `attention_traffic`: the FLOPs and the bytes moved, naive when `chunk_size` is None.
+
+# %% nbgrader={"grade_id": "attention_traffic", "solution": true}
+def attention_traffic(T, d, chunk_size=None, bytes_per_entry=4):
+    """FLOPs and bytes moved to and from the large memory by one head's attention.
+
+    Args:
+        T: sequence length (T_q = T_k = T).
+        d: head width (d_k = d_v = d).
+        chunk_size: None for the naive three-kernel algorithm; else the rows of each query tile
+            of the tiled one (the last tile may be shorter).
+        bytes_per_entry: 4 for float32, 2 for bf16.
+
+    Returns:
+        (flops, bytes_moved), two ints.
+    """
+    ### BEGIN SOLUTION
+    flops = 4 * T * T * d  # Q K^T and A V, 2 FLOPs per multiply-add
+    if chunk_size is None:
+        entries = 4 * T * d + 4 * T * T  # Q, K, V in and O out; S written and read, A written and read
+    else:
+        n_tiles = math.ceil(T / chunk_size)  # query tiles, each streaming all of K and V
+        entries = 2 * T * d + 2 * T * d * n_tiles  # Q in and O out once; K and V once per tile
+    return flops, entries * bytes_per_entry
+    ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_attention_traffic", "points": 1}
+flops, naive_bytes = attention_traffic(1024, 64)
+expect(flops == 268_435_456, "FLOPs of attention at T = 1,024, d = 64", f"got {flops:,}",
+       "4 T^2 d: two matmuls of T^2 d multiply-adds, 2 FLOPs each.")
+expect(naive_bytes == 17_825_792, "naive traffic at T = 1,024, d = 64, float32", f"got {naive_bytes:,} bytes",
+       "4Td + 4T^2 entries: the softmax reads S and writes A, and A V reads A again; 4 bytes an entry.")
+_, tiled_bytes = attention_traffic(1024, 64, 128)
+expect(tiled_bytes == 4_718_592, "tiled traffic at T = 1,024, d = 64, chunk_size = 128", f"got {tiled_bytes:,} bytes",
+       "2Td + 2Td * ceil(T / chunk_size) entries: K and V are read once per query tile, and no T x T matrix moves.")
+_, uneven_bytes = attention_traffic(1000, 64, 128)
+expect(uneven_bytes == 4_608_000, "tiled traffic at T = 1,000, chunk_size = 128", f"got {uneven_bytes:,} bytes",
+       "1,000 rows make 8 query tiles, the last one 104 rows long: round the number of tiles up.")
+_, bf16_bytes = attention_traffic(1024, 64, 128, bytes_per_entry=2)
+expect(bf16_bytes == 2_359_296, "tiled traffic in bf16", f"got {bf16_bytes:,} bytes",
+       "Multiply the entries by bytes_per_entry.")
+
+# %% nbgrader={"grade": true, "grade_id": "test_attention_traffic_hidden", "points": 1}
+# Hidden tests: other lengths, widths, tile sizes (1, uneven, >= T) and entry sizes.
+### BEGIN HIDDEN TESTS
+from mlbook.labs.lab06_chunked_attention import hidden
+hidden.check_attention_traffic(attention_traffic)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# The intensity is FLOPs / bytes. For large T the naive intensity tends to `d / bytes_per_entry`
+# (16 FLOPs per byte at d = 64 in float32): its T² bytes grow exactly like its T² FLOPs, so longer
+# sequences do not help. The tiled intensity tends to `2 · chunk_size / bytes_per_entry`: a bigger
+# tile reuses every byte of K and V more often, as far as the small memory can hold the tile. The
+# cell places both, and the softmax alone, on your machine's main-memory roof.
+
+# %% nbgrader={"grade_id": "intensity_roofline", "locked": true}
+T_IO, D_IO = 4096, 64
+intensity = {"softmax alone": 5 / 8}  # FLOPs per byte: 5 per entry, one float32 read and write
+flops, moved = attention_traffic(T_IO, D_IO)
+intensity["naive"] = flops / moved
+for c in (16, 64, 256):
+    flops, moved = attention_traffic(T_IO, D_IO, c)
+    intensity[f"tiled, chunk_size {c}"] = flops / moved
+for name, value in intensity.items():
+    side = "left of (memory-bound)" if value < ridge else "right of (compute-bound)"
+    print(f"{name:22s} {value:6.1f} FLOPs per byte: {side} this machine's ridge at {ridge:.1f}")
+roofline_plot(peak_flops, bandwidth, intensity, title=f"T = {T_IO}, d = {D_IO}, float32, one thread")
+plt.show()
+
+# %% [markdown]
+# Read it with your numbers. On a GPU the ridge is near 300, so the softmax (below 1) and naive
+# attention (16) sit far to its left, memory-bound: that is why tiling made attention faster
+# there although FlashAttention does *more* FLOPs (its backward recomputes A). The chapter
+# reports 15% end to end on BERT-large at T = 512 and 3× on GPT-2 at T = 1,024. One CPU core has
+# a much lower ridge (your cell printed it), and its caches can hold a 1,024 × 1,024 float32
+# matrix (4 MiB) whole, so on a CPU tiling buys memory capacity (section 6) more surely than it
+# buys speed: section 7's timings need not favour the tiled code.
+
+# %% [markdown]
+# ## 10. Kernel fusion
+#
+# The naive count charged the softmax 2T² entries because it is one kernel. Written as five
+# torch calls it is five kernels, and each streams its whole input from memory and its whole
+# output back: the row max reads S; `S - max` reads S and writes a T × T result; `exp` reads that
+# and writes another; the row sum reads it; the division reads it and writes A. That is 5 reads
+# and 3 writes of a T × T matrix. `torch.softmax` is **fused**: it does all five steps on one row
+# while that row sits in the cache, so main memory sees one read of S and one write of A,
+# **4× fewer bytes**. The chapter calls fusing the mask, softmax and dropout "the first
+# optimisation anyone applies", and FlashAttention the complete version of the idea: it fuses
+# the two matmuls in as well, as PyTorch's SDPA of section 7 does.
+#
+# A compiler can fuse for you (`torch.compile` generates fused kernels), but on a CPU it needs a
+# C++ compiler and seconds of compilation per shape; here the fused kernel is PyTorch's own.
+
+# %% nbgrader={"grade_id": "softmax_five_kernels", "locked": true}
+def softmax_five_kernels(S):
+    """Row softmax as five separate torch calls: five passes over memory.
+
+    Args:
+        S: (T_q, T_k) scores.
+
+    Returns:
+        (T_q, T_k) weights, each row summing to 1.
+    """
+    row_max = S.amax(dim=-1, keepdim=True)  # (T_q, 1): reads S
+    shifted = S - row_max  # (T_q, T_k): reads S, writes shifted
+    e = torch.exp(shifted)  # (T_q, T_k): reads shifted, writes e
+    z = e.sum(dim=-1, keepdim=True)  # (T_q, 1): reads e
+    return e / z  # (T_q, T_k): reads e, writes the weights
+
+
+# %% [markdown]
+# The cell runs both at T = 256 (a 256 KiB matrix, small enough for the caches) and T = 2,048
+# (16 MiB: with the five kernels' temporaries, more than the caches hold). It checks that they
+# agree, measures the memory each holds at its peak (`peak_memory`: the five kernels keep three
+# T × T results alive at once), and turns each time into the bandwidth that the counted bytes
+# imply (8 passes of 4T² bytes for the five kernels, 2 for the fused one).
+
+# %% nbgrader={"grade_id": "fusion_timing", "locked": true}
+for T in (256, 2048):
+    S = torch.randn(T, T)  # (T, T) scores
+    matrix_bytes = 4 * T * T  # one float32 T x T matrix
+    agree = torch.allclose(softmax_five_kernels(S), torch.softmax(S, -1), atol=1e-6)
+    held = peak_memory(softmax_five_kernels, S).bytes / matrix_bytes, peak_memory(torch.softmax, S, -1).bytes / matrix_bytes
+    unfused = best_time(softmax_five_kernels, S, repeat=2)
+    fused = best_time(torch.softmax, S, -1, repeat=2)
+    print(f"T = {T:4d}: same weights: {agree}; T x T matrices held at the peak: {held[0]:.1f} vs {held[1]:.1f}")
+    print(f"  five kernels {unfused * 1e3:7.2f} ms ({8 * matrix_bytes / unfused / 1e9:5.1f} GB/s), "
+          f"fused {fused * 1e3:6.2f} ms ({2 * matrix_bytes / fused / 1e9:5.1f} GB/s): {unfused / fused:.1f}x faster")
+
+# %% [markdown]
+# The fused softmax moves 4× fewer bytes and holds a third of the memory; how much time that
+# saves depends on where the bytes come from, and on a machine shared with other work the times
+# move from run to run. Compare your two ratios. Where the work is memory-bound (the 16 MiB
+# matrix, on most machines) fewer bytes means less time, and each of the five kernels also
+# allocates a fresh T × T result, which the operating system must supply page by page: often a
+# larger cost than the bytes themselves. Where the matrix sits in the cache, the gap is mostly
+# the fixed cost of five calls.
+
+# %% [markdown]
+# ## 11. Linear attention: attention as a kernel smoother
+#
+# Write one output row of attention with the kernel `κ(q, k) = exp(q · k / √d_k)`:
+#
+# $$ y(q) = \frac{\sum_j \kappa(q, k_j)\, v_j}{\sum_j \kappa(q, k_j)} . $$
+#
+# This is **Nadaraya–Watson kernel regression**: an average of the "observations" v_j, weighted by
+# how close the query is to each "training input" k_j. Softmax attention is the exponential
+# kernel's case, and nothing in the formula needs that kernel. `kernel_smoother` below is the
+# formula for any kernel matrix `κ[i, j] = κ(q_i, k_j)`: O(T²), like naive attention. With the
+# exponential kernel it gives the chapter's query 0 of section 3, (6.02, 3.98).
+
+# %% nbgrader={"grade_id": "kernel_smoother", "locked": true}
+def kernel_smoother(kappa, v, causal=False):
+    """Nadaraya-Watson weighting of the values by a kernel matrix: O(T^2), kappa is T_q x T_k.
+
+    Args:
+        kappa: (T_q, T_k) positive kernel values kappa(q_i, k_j).
+        v: (T_k, d_v) values.
+        causal: keep only the keys j <= i (then T_q == T_k).
+
+    Returns:
+        (T_q, d_v): each row, the values weighted by its kernel row, divided by the row's sum.
+    """
+    if causal:
+        kappa = kappa.tril()  # (T_q, T_k): 0 where j > i
+    return (kappa @ v) / kappa.sum(dim=-1, keepdim=True)  # (T_q, d_v)
+
+
+Qc, Kc, Vc = (torch.tensor(a) for a in chapter_qkv())  # (3, 2) each, float64: the chapter's example
+exp_kernel = torch.exp(Qc @ Kc.T / math.sqrt(2))  # (3, 3)
+print("exponential kernel smoother, query 0:", kernel_smoother(exp_kernel, Vc)[0].numpy())
+print("softmax attention,           query 0:", naive_attention(Qc, Kc, Vc)[0][0].numpy())
+
+# %% [markdown]
+# ### A kernel that factorises
+#
+# If the kernel is a dot product of **feature maps**, `κ(q, k) = φ(q) · φ(k)` with φ mapping a
+# d_k-vector to r positive numbers, the kernel matrix is `φ(Q) φ(K)ᵀ` and the product can be
+# **re-associated**:
+#
+# $$ \big(\varphi(Q)\,\varphi(K)^\top\big)\, V = \varphi(Q)\,\big(\varphi(K)^\top V\big),
+#    \qquad \text{denominators: } \varphi(Q)\, z, \quad z = \textstyle\sum_j \varphi(k_j) . $$
+#
+# The left side builds a T × T matrix (2T²r + 2T²d_v FLOPs); the right side builds an r × d_v
+# state `Σ_j φ(k_j) v_jᵀ` and the r-vector z, for 4Trd_v FLOPs: **linear in T**. This is linear
+# attention (Katharopoulos et al., 2020), the basis of Performer, which chooses φ so that
+# φ(q) · φ(k) approximates the exponential kernel (see the extension). Here φ(x) = elu(x) + 1,
+# positive everywhere.
+#
+# **By hand**, with the chapter's Q = K: φ maps (1, 0) to (2, 1), (0, 1) to (1, 2) and (1, 1) to
+# (2, 2). Query 0's kernel row is (2·2 + 1·1, 2·1 + 1·2, 2·2 + 1·2) = (5, 4, 6), so its weights
+# are (5, 4, 6) / 15 and its output (10·5 + 5·6, 10·4 + 5·6) / 15 = **(5.333, 4.667)**: another
+# kernel, other weights than softmax's (6.02, 3.98).
+
+# %% nbgrader={"grade_id": "elu_feature_map", "locked": true}
+def elu_feature_map(x):
+    """phi(x) = elu(x) + 1, elementwise: (..., d) -> (..., d), every entry > 0."""
+    return F.elu(x) + 1.0  # (..., d)
+
+
+print("phi of the chapter's queries:\n", elu_feature_map(Qc).numpy())
+
+# %% [markdown]
+# **Causal.** Query i may use only the keys j ≤ i, so both sums become running sums, updated one
+# token at a time:
+#
+# $$ S_i = S_{i-1} + \varphi(k_i)\, v_i^\top, \qquad z_i = z_{i-1} + \varphi(k_i), \qquad
+#    y_i = \frac{\varphi(q_i)^\top S_i}{\varphi(q_i)^\top z_i} . $$
+#
+# Key i joins the state **before** query i reads it (j ≤ i includes i). This is a recurrent
+# network whose state is an r × d_v matrix: generating token 100,000 costs what token 10 did. By
+# hand, causal query 0 sees only key 0 and returns v₀ = (10, 0); query 1 sees keys 0 and 1, kernel
+# values (1·2 + 2·1, 1·1 + 2·2) = (4, 5), output (10·4, 10·5) / 9 = (4.444, 5.556).
+#
+# Write `linear_attention`, taking the features already mapped: without `causal` the re-associated
+# form, with `causal` the recurrence (a loop over positions is fine). It must not build a
+# T_q × T_k matrix: that is `kernel_smoother`'s job, and the tests compare the two.
+
+# %% nbgrader={"grade_id": "linear_attention", "solution": true}
+def linear_attention(phi_q, phi_k, v, causal=False):
+    """Kernelised attention with the kernel phi(q) . phi(k), in O(T) time and memory.
+
+    Args:
+        phi_q: (T_q, r) feature-mapped queries, positive. phi_k: (T_k, r) feature-mapped keys,
+            positive. v: (T_k, d_v) values.
+        causal: query i uses only the keys j <= i (then T_q == T_k).
+
+    Returns:
+        (T_q, d_v) outputs, equal to kernel_smoother(phi_q @ phi_k.T, v, causal).
+    """
+    ### BEGIN SOLUTION
+    if not causal:
+        state = phi_k.T @ v  # (r, d_v): sum_j phi(k_j) v_j^T
+        norm = phi_k.sum(dim=0)  # (r,): z = sum_j phi(k_j)
+        return (phi_q @ state) / (phi_q @ norm)[:, None]  # (T_q, d_v)
+    T, r = phi_q.shape
+    state = phi_q.new_zeros(r, v.shape[1])  # (r, d_v): S_i, running
+    norm = phi_q.new_zeros(r)  # (r,): z_i, running
+    out = phi_q.new_empty(T, v.shape[1])  # (T, d_v)
+    for i in range(T):
+        state = state + torch.outer(phi_k[i], v[i])  # (r, d_v): key i joins before query i reads
+        norm = norm + phi_k[i]  # (r,)
+        out[i] = (phi_q[i] @ state) / (phi_q[i] @ norm)  # (d_v,)
+    return out
+    ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_linear_attention", "points": 2}
+Qc, Kc, Vc = (torch.tensor(a) for a in chapter_qkv())  # (3, 2) each, float64
+phi_Qc, phi_Kc = elu_feature_map(Qc), elu_feature_map(Kc)  # (3, 2) each: (2, 1), (1, 2), (2, 2)
+out = linear_attention(phi_Qc, phi_Kc, Vc)  # (3, 2)
+expect_shape(out, (3, 2), "linear_attention on the chapter's example", "One output row per query, d_v columns.")
+expect_close(out[0], [5.333, 4.667], "linear attention, the chapter's query 0",
+             hint="Divide phi(q) S by phi(q) . z, with S = phi(K)^T V (r x d_v) and z the sum of phi(k_j) over keys.")
+causal_out = linear_attention(phi_Qc, phi_Kc, Vc, causal=True)  # (3, 2)
+expect_close(causal_out[0], [10.0, 0.0], "causal linear attention, query 0",
+             hint="Query 0 sees key 0 only: add key i to the state before query i reads it.")
+expect_close(causal_out[1], [4.444, 5.556], "causal linear attention, query 1",
+             hint="Both running sums, S and z, stop at key i: the denominator must not include future keys.")
+expect_close(causal_out[2], out[2], "causal linear attention, query 2 (it sees every key)",
+             hint="The last query sees every key: causal and non-causal agree on it.")
+
+g = torch.Generator().manual_seed(4)
+f64 = dict(generator=g, dtype=torch.float64)
+q, k, v = torch.randn(70, 8, **f64), torch.randn(90, 8, **f64), torch.randn(90, 5, **f64)
+fq, fk = elu_feature_map(q), elu_feature_map(k)  # (70, 8), (90, 8)
+expect_close(linear_attention(fq, fk, v), kernel_smoother(fq @ fk.T, v), "linear_attention(T_q=70, T_k=90)",
+             atol=1e-9, hint="The re-associated form phi(Q) (phi(K)^T V) / (phi(Q) z) must equal the kernel form.")
+q, k, v = (torch.randn(60, 8, **f64) for _ in range(3))
+fq, fk = elu_feature_map(q), elu_feature_map(k)  # (60, 8) each
+expect_close(linear_attention(fq, fk, v, causal=True), kernel_smoother(fq @ fk.T, v, causal=True),
+             "causal linear_attention(T=60) vs the causal kernel form", atol=1e-9,
+             hint="Query i sums keys 0..i in both S and z, its own key included.")
+
+# %% nbgrader={"grade": true, "grade_id": "test_linear_attention_hidden", "points": 3}
+# Hidden tests: fresh lengths (T_q != T_k), feature widths r != d, other positive feature maps,
+# causal and not, float32 and float64, against the O(T^2) kernel form.
+### BEGIN HIDDEN TESTS
+from mlbook.labs.lab06_chunked_attention import hidden
+hidden.check_linear_attention(linear_attention)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# The point of the re-association is the cost. The cell times the O(T²) kernel form against your
+# O(T) form, non-causal, for T = 1,024 to 4,096 with d = r = 64, and your causal recurrence once.
+
+# %% nbgrader={"grade_id": "linear_timing", "locked": true}
+for T in (1024, 2048, 4096):
+    q, k, v = (torch.randn(T, 64) for _ in range(3))  # (T, 64) each
+    fq, fk = elu_feature_map(q), elu_feature_map(k)  # (T, 64) features
+    quadratic = best_time(lambda: kernel_smoother(fq @ fk.T, v), repeat=2)
+    linear = best_time(linear_attention, fq, fk, v, repeat=2)
+    print(f"T = {T:4d}: kernel form {quadratic * 1e3:7.2f} ms, linear form {linear * 1e3:5.2f} ms")
+recurrence = best_time(linear_attention, fq[:1024], fk[:1024], v[:1024], causal=True, repeat=1, warmup=0)
+print(f"causal recurrence at T = 1024, one Python step per token: {recurrence * 1e3:.1f} ms")
+
+# %% [markdown]
+# Per doubling of T the kernel form should take about 4× longer and the linear form at most about
+# 2× (small sizes are noisy: read the trend on your numbers). Two cautions. Linear attention is
+# exact for *its* kernel, but it is not softmax attention: the chapter's query 0 got (5.33, 4.67),
+# not (6.02, 3.98), and a model must be trained with the kernel it uses. And a Python step per token is slow; real
+# implementations run the causal form block by block: within a block the small kernel matrix,
+# across blocks the running state.
+
+# %% [markdown]
+# ## 12. When to use what
+#
+# The chapter's table, with where this lab measured each row:
+#
+# | situation | choice | reason | in this lab |
+# |---|---|---|---|
+# | writing attention in an interview | explicit attention, three `Linear`s | the interviewer needs to see the shapes and the mask | `naive_attention` (section 2) |
+# | production training, T ≤ 2,048 | `F.scaled_dot_product_attention` | dispatches to a fused kernel, exact, no code to maintain | one fused call (sections 7, 10) |
+# | production training, T ≥ 4,096 | FlashAttention-2/3 through the SDPA backend | never materialises A: the only way to fit memory | peak memory grows like T, not T² (section 6) |
+# | inference, decoding token by token | cached attention, T_q = 1 | the T² term disappears: one row of scores per new token | not built here |
+# | cross-modal fusion | cross-attention, queries from the target modality | the output has the queries' length | T_q ≠ T_k in every test here |
+# | T in the hundreds of thousands | sparse, sliding-window or linear attention | exact attention is quadratic in compute whatever the kernel does with memory | linear attention's time grows like T (section 11) |
+#
+# FlashAttention and SDPA change where the numbers live, never the result; sparse, sliding-window
+# and linear attention change the result, which is why they are a modelling choice, not an
+# optimisation.
+
+# %% [markdown]
+# ## Extension (optional, ungraded): random features for the softmax kernel
+#
+# The exponential kernel has no finite feature map, but it has a random one (Performer's
+# positive random features). Scale q and k by d^(-1/4), so that `a · b = q · k / √d`, draw
+# ω₁ … ω_m from N(0, I) and set `φ(x) = exp(ωᵀx − |x|² / 2) / √m`. Since E[exp(ωᵀu)] = exp(|u|² / 2),
+# E[φ(a) · φ(b)] = exp(|a + b|² / 2 − |a|² / 2 − |b|² / 2) = exp(a · b): softmax's kernel, on
+# average. Your `linear_attention` with these features approximates softmax attention in O(T m);
+# the error shrinks like 1 / √m (half per 4× more features). Its variance grows like
+# exp(|a + b|²), so the cell uses queries and keys of standard deviation 0.5: change the 0.5 to 1
+# and see how many more features the same error would need.
+
+# %% nbgrader={"grade_id": "random_features", "locked": true}
+def positive_random_features(x, omega):
+    """Performer's positive random features: (T, d) -> (T, m), with omega (d, m) drawn from N(0, 1)."""
+    x = x / x.shape[-1] ** 0.25  # (T, d): a . b = q . k / sqrt(d)
+    return torch.exp(x @ omega - (x * x).sum(dim=-1, keepdim=True) / 2) / math.sqrt(omega.shape[1])  # (T, m)
+
+
+g = torch.Generator().manual_seed(5)
+q, k = (0.5 * torch.randn(256, 16, generator=g, dtype=torch.float64) for _ in range(2))  # (256, 16) each
+v = torch.randn(256, 16, generator=g, dtype=torch.float64)  # (256, 16)
+exact = naive_attention(q, k, v)[0]  # (256, 16): softmax attention
+for m in (16, 64, 256, 1024, 4096):
+    omega = torch.randn(16, m, generator=g, dtype=torch.float64)  # (d, m)
+    approx = linear_attention(positive_random_features(q, omega), positive_random_features(k, omega), v)  # (256, 16)
+    print(f"m = {m:4d} features: relative error {((approx - exact).norm() / exact.norm()).item():.3f}")
