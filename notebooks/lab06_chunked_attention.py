@@ -32,7 +32,7 @@
 #    see when to use which attention.
 #
 # **Time.** About 2.5 hours for sections 1 to 12; the extension at the end is optional and
-# ungraded (15 minutes). The whole notebook runs in well under a minute.
+# ungraded (15 minutes). Running every cell takes under a minute.
 #
 # **Grading.** Cells marked with points are graded. Visible tests run as you go; hidden tests
 # run when your notebook is graded, on fresh random inputs: other lengths (not multiples of the
@@ -732,9 +732,9 @@ print(f"H100 ridge point: {989e12 / 3.35e12:.0f} FLOPs per byte")
 # chapter's: hundreds of times left of a GPU's ridge, the softmax is memory-bound.
 #
 # Now **this machine**. `mlbook_helpers.roofline` times a 512 × 512 float32 matrix product (near
-# the peak rate of one core) and copies of two buffers: one small enough for the caches, one far
-# larger than any cache. Your numbers are your machine's: the cell prints them, and what follows
-# is computed from them.
+# the peak rate of one core) and copies of two buffers: 256 KiB, small enough for the caches, and
+# 64 MiB, larger than most CPUs' caches. Your numbers are your machine's: the cell prints them,
+# and what follows is computed from them.
 
 # %% nbgrader={"grade_id": "machine_roofline", "locked": true}
 from mlbook_helpers.roofline import copy_rate, matmul_rate, roofline_plot
@@ -1019,7 +1019,8 @@ expect_close(out[0], [5.333, 4.667], "linear attention, the chapter's query 0",
              hint="Divide phi(q) S by phi(q) . z, with S = phi(K)^T V (r x d_v) and z the sum of phi(k_j) over keys.")
 causal_out = linear_attention(phi_Qc, phi_Kc, Vc, causal=True)  # (3, 2)
 expect_close(causal_out[0], [10.0, 0.0], "causal linear attention, query 0",
-             hint="Query 0 sees key 0 only: add key i to the state before query i reads it.")
+             hint="Query 0 sees key 0 only, its own key: add key i to S and z before query i reads them, and let "
+                  "the denominator sum only the keys j <= i, never future keys.")
 expect_close(causal_out[1], [4.444, 5.556], "causal linear attention, query 1",
              hint="Both running sums, S and z, stop at key i: the denominator must not include future keys.")
 expect_close(causal_out[2], out[2], "causal linear attention, query 2 (it sees every key)",
