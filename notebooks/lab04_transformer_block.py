@@ -23,7 +23,14 @@
 # 4. assemble a `TransformerBlock` and test it on the lesson's six tokens: shapes, normalised
 #    rows, permutations, the causal mask; then remove the residual and describe what changes;
 # 5. write attention's forward **and backward** pass in NumPy and check it against autograd;
-# 6. count FLOPs and memory, and find where the n × n part starts to dominate.
+# 6. count FLOPs and memory, and find where the n × n part starts to dominate;
+# 7. (extension, extra credit) measure why several heads beat one wide head, the rank of a head's
+#    scores, dropout on the weights, path length against an RNN and a CNN, a fused QKV
+#    projection, and learned, ALiBi and T5-style positions.
+#
+# **How long.** The core (sections 1-6) takes a competent student about 2 to 2.5 hours; the
+# extension at the end about 1 to 1.25 hours more. The extension is **extra credit**: the core
+# is worth 41 points, and the extension's tests add up to 14 points on top of them.
 #
 # **Conventions of this lab** (every cell relies on them):
 # - a batch of token rows is (B, T, d_model); heads are (B, H, T, d_head) with
@@ -386,7 +393,7 @@ plt.show()
 #
 # The paper's block (post-LN):
 #
-# h = LayerNorm₁(x + MHA(x, x)),   y = LayerNorm₂(h + FFN(h)),   FFN(h) = W₂ GELU(W₁ h)
+# h = LayerNorm₁(x + MHA(x, x)),   y = LayerNorm₂(h + FFN(h)),   FFN(h) = W₂ GELU(W₁ h + b₁) + b₂
 #
 # Many current models normalise **before** each sublayer instead (pre-LN):
 # h = x + MHA(LN₁(x)), y = h + FFN(LN₂(h)). The `pre_ln` flag selects it. The `residual` flag
@@ -631,30 +638,6 @@ def attention_backward(dY, cache):
     ### END SOLUTION
 
 
-# %% [markdown]
-# **The gradient of a score bias** (chapter exercise 5). Because S = Q Kᵀ / √d_k + B, the
-# derivative of S with respect to B is the identity, so dB is the gradient with respect to the
-# scores, dS, with no scale factor. A learned bias table shared across positions collects the sum
-# of dS over every (query, key) pair that maps to the same entry.
-
-# %% nbgrader={"grade_id": "score_bias_grad", "solution": true}
-def score_bias_grad(dY, cache):
-    """Gradient of the loss with respect to an additive score bias B.
-
-    Args:
-        dY: (T_q, d_v).
-        cache: what attention_forward returned.
-
-    Returns:
-        dB: (T_q, T_k).
-    """
-    ### BEGIN SOLUTION
-    A, V = cache["A"], cache["V"]
-    dA = dY @ V.T  # (T_q, T_k)
-    return A * (dA - (dA * A).sum(axis=-1, keepdims=True))  # (T_q, T_k) = dS
-    ### END SOLUTION
-
-
 # %% nbgrader={"grade": true, "grade_id": "test_attention_forward", "points": 1}
 Qc, Kc, Vc = chapter_qkv()  # the chapter's T = 3, d_k = 2 example
 Yc, _ = attention_forward(Qc, Kc, Vc)
@@ -713,19 +696,6 @@ for name, g, r in (("dQ", dQ, dQ_ref), ("dK", dK, dK_ref), ("dV", dV, dV_ref)):
 ### BEGIN HIDDEN TESTS
 from mlbook.labs.lab04_transformer_block import hidden
 hidden.check_attention_backward(attention_forward, attention_backward)
-### END HIDDEN TESTS
-
-# %% nbgrader={"grade": true, "grade_id": "test_score_bias_grad", "points": 1}
-dB_ref = autograd_grads(Q4, K5, V5, dY4, bias=B45)[3]
-dB = score_bias_grad(dY4, attention_forward(Q4, K5, V5, bias=B45)[1])
-expect_close(dB, dB_ref, "dB vs autograd (T_q = 4, T_k = 5, with a bias)", atol=1e-10,
-             hint="dB = dS = A * (dA - rowsum(dA * A)), with no 1/sqrt(d_k): the bias is added after the scale.")
-
-# %% nbgrader={"grade": true, "grade_id": "test_score_bias_grad_hidden", "points": 1}
-# Hidden tests: fresh shapes, masks and biases, against autograd in float64 to 1e-10.
-### BEGIN HIDDEN TESTS
-from mlbook.labs.lab04_transformer_block import hidden
-hidden.check_score_bias_grad(attention_forward, score_bias_grad)
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -900,3 +870,548 @@ ffn_weights = sum(p.numel() for p in block512.ff.parameters() if p.dim() == 2)
 attn_weights = sum(p.numel() for p in block512.attn.parameters() if p.dim() == 2)
 print(f"attention weights {attn_weights:,} = 4 d^2: {attn_weights == 4 * 512**2}")
 print(f"FFN weights       {ffn_weights:,} = 8 d^2: {ffn_weights == 8 * 512**2}")
+
+# %% [markdown]
+# ## Extension: what the heads, the weights and the positions can and cannot do
+#
+# **Extra credit, about 1 to 1.25 hours.** Nothing in the core depends on this section. Its tests
+# award 14 points on top of the 41-point core (its visible tests run as you go, like the core's).
+#
+# - E1. Why several narrow heads beat one wide head, and that heads specialise, measured on a toy;
+# - E2. each head's score matrix has rank at most d_head;
+# - E3. dropout on the attention weights;
+# - E4. path length: attention against an RNN and a stack of convolutions;
+# - E5. a fused QKV projection: one matmul instead of three;
+# - E6. positions in the scores instead of the tokens: learned tables, ALiBi and T5's buckets,
+#   compared by measurement, and the gradient a learned bias table receives.
+#
+# The setup cell below imports the extension's given code.
+
+# %% nbgrader={"grade_id": "extension_setup", "locked": true}
+from mlbook_helpers.heads_positions import (conv_stack_reaches, diagonal_spread, gradient_by_distance,
+                                            median_seconds, t5_relative_bucket, train_relation_toy)
+
+# %% [markdown]
+# ### E1. Several heads against one wide head
+#
+# A head turns each query into **one** distribution over the keys, and its output is the
+# matching average of the value rows. Suppose token t needs two things at once: the word just
+# before it in one set of output channels, the word just after it in another. One head can put
+# weight α on t − 1 and 1 − α on t + 1, but what comes out is a single blend α v(t−1) + (1−α) v(t+1);
+# W_O is linear, so it cannot route one word to the first channels and the other word to the
+# second. Two heads of half the width draw two distributions, one per relation, and W_O
+# places each head's output in its own channels. The parameter count is the same (4·d_model²),
+# and so are the FLOPs.
+#
+# The toy (given in `mlbook_helpers.heads_positions`): 8 words, 8 positions, each token is
+# [one-hot word, one-hot position] (d_model = 16), and the target of token t is
+# [one-hot word at t − 1, one-hot word at t + 1] (positions wrap around). One attention layer
+# (your `MultiHeadAttention`, nothing else: no FFN, no residual) is trained for 200 Adam steps
+# with one wide head, then with two heads.
+
+# %% nbgrader={"grade_id": "heads_toy", "locked": true}
+toy = {}
+for n_heads in (1, 2):
+    torch.manual_seed(0)  # the same initial weights for both runs
+    toy[n_heads] = train_relation_toy(MultiHeadAttention(16, n_heads), steps=200, seed=0)
+    print(f"H = {n_heads} (d_head = {16 // n_heads:2d}): held-out loss {toy[n_heads]['loss']:.4f}; "
+          f"weight on t-1 per head {toy[n_heads]['to_previous'].numpy().round(2)}, "
+          f"on t+1 {toy[n_heads]['to_next'].numpy().round(2)}")
+
+# %% [markdown]
+# The single head settles near half its weight on each neighbour and cannot go below a loss of
+# about 0.05; the two-head layer goes to about 0. The maps (averaged over 512 held-out sequences)
+# show the specialisation: each of the two heads owns one neighbour.
+
+# %% nbgrader={"grade_id": "heads_toy_maps", "locked": true}
+positions8 = [f"pos {t}" for t in range(8)]
+heatmap_grid({"one head, d_head = 16": toy[1]["weights"][0],
+              "head 0 of 2, d_head = 8": toy[2]["weights"][0],
+              "head 1 of 2, d_head = 8": toy[2]["weights"][1]}, positions8, annotate=False)
+plt.show()
+
+# %% [markdown]
+# Nothing forces the split to be clean. Run the cell again with `torch.manual_seed(1)`: on this
+# machine head 0 then reads t − 1 almost alone (0.98) while head 1 mixes both neighbours (about
+# 0.35 and 0.65), and the loss still goes to 0, because W_O can subtract head 0's share from
+# head 1's. Heads *can* specialise; a head's map is a hypothesis about its role, as
+# the lesson says, not a proof of it.
+#
+# ### E2. A head's scores have rank at most d_head
+#
+# S_h = Q_h K_hᵀ / √d_head is (T_q, d_head) @ (d_head, T_k): whatever T is, its rank is at most
+# d_head (and at most the rank of Q_h and of K_h). More heads means narrower heads, so each
+# head's similarity has fewer directions to express itself in: this is why "more heads" is not
+# free. The **weights** softmax(S_h) are not rank-limited (an element-wise exp of a low-rank
+# matrix is in general full rank), but the head's **output** A_h V_h is again (T_q, d_head)-shaped
+# and has rank at most d_head.
+#
+# Write `head_score_ranks`: the numerical rank of every head's score matrix, counting the
+# singular values above `rtol` times the head's largest one (a relative tolerance, so that the
+# answer does not depend on the scale of q and k).
+
+# %% nbgrader={"grade_id": "head_score_ranks", "solution": true}
+def head_score_ranks(q, k, rtol=1e-6):
+    """Numerical rank of every head's score matrix q_h k_h^T / sqrt(d_head).
+
+    Args:
+        q: (H, T_q, d_head) queries, NumPy or torch.
+        k: (H, T_k, d_head) keys.
+        rtol: a singular value counts when it exceeds rtol times the largest of its head.
+
+    Returns:
+        (H,) integer NumPy array.
+    """
+    ### BEGIN SOLUTION
+    q = np.asarray(q, dtype=np.float64)  # (H, T_q, d_head)
+    k = np.asarray(k, dtype=np.float64)  # (H, T_k, d_head)
+    scores = q @ k.transpose(0, 2, 1) / np.sqrt(q.shape[-1])  # (H, T_q, T_k)
+    singular = np.linalg.svd(scores, compute_uv=False)  # (H, min(T_q, T_k)), largest first
+    return (singular > rtol * singular[:, :1]).sum(axis=-1)  # (H,)
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_head_score_ranks", "points": 1}
+torch.manual_seed(3)
+q_r, k_r = torch.randn(3, 12, 4), torch.randn(3, 12, 4)  # (H, T, d_head): 3 heads, 12 tokens, d_head = 4
+k_r[2] = torch.randn(12, 2) @ torch.randn(2, 4)  # head 2's keys span only 2 directions
+ranks = np.asarray(head_score_ranks(q_r, k_r))
+print("score ranks per head:", ranks.tolist())
+expect_close(ranks, [4, 4, 2], "head_score_ranks, d_head = 4, T = 12", atol=0,
+             hint="The scores of a head are (T, d_head) @ (d_head, T): at most d_head, and at most the rank "
+                  "of its keys. A rank of 12 means the softmax weights were measured, not the scores.")
+expect_close(np.asarray(head_score_ranks(q_r * 1e-4, k_r * 1e-4)), [4, 4, 2], "the same heads scaled by 1e-4",
+             atol=0, hint="Scaling q and k does not change a rank: compare each singular value with rtol times "
+                          "the largest, not with rtol itself.")
+
+# %% nbgrader={"grade": true, "grade_id": "test_head_score_ranks_hidden", "points": 1}
+# Hidden tests: fresh heads, widths and lengths (T_q != T_k, T_q < d_head), keys and queries of
+# reduced rank, other scales and float32 tensors.
+### BEGIN HIDDEN TESTS
+from mlbook.labs.lab04_transformer_block import hidden
+hidden.check_head_score_ranks(head_score_ranks)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# Measured on random queries, keys and values of 16 tokens: the scores and the outputs stop at
+# d_head, the weights do not.
+
+# %% nbgrader={"grade_id": "rank_demo", "locked": true}
+torch.manual_seed(4)
+for d_head in (1, 2, 4, 8, 16):
+    q_d, k_d, v_d = (torch.randn(1, 16, d_head, dtype=torch.float64) for _ in range(3))  # (1, T, d_head)
+    weights_d = (q_d @ k_d.transpose(-2, -1) / math.sqrt(d_head)).softmax(-1)  # (1, T, T)
+    print(f"d_head = {d_head:2d}: rank of scores {int(head_score_ranks(q_d, k_d)[0]):2d}, "
+          f"of weights {int(torch.linalg.matrix_rank(weights_d[0])):2d}, "
+          f"of the output A V {int(torch.linalg.matrix_rank(weights_d[0] @ v_d[0])):2d}")
+
+# %% [markdown]
+# ### E3. Dropout on the attention weights
+#
+# The paper regularises attention by dropping **weights**: after the softmax, each a_ij is set
+# to 0 with probability p, and the survivors are divided by 1 − p, so that every weight keeps its
+# expected value and the output keeps its expected value too (E[Ã V] = A V). Then Ã multiplies V.
+# A dropped row no longer sums to 1; it does on average. In evaluation (`training=False`) nothing
+# is dropped and nothing is rescaled. Dropping a weight means "this query does not read that key
+# this step": the model cannot rely on any single key.
+#
+# Write `attention_with_dropout` for already split heads. Draw the mask with torch's random
+# functions (`torch.rand_like`, or `torch.nn.functional.dropout`), and return the weights that
+# actually multiplied v.
+
+# %% nbgrader={"grade_id": "attention_with_dropout", "solution": true}
+def attention_with_dropout(q, k, v, p=0.1, training=True):
+    """Scaled dot-product attention with dropout on the attention weights.
+
+    Args:
+        q: (B, H, T_q, d_head), k: (B, H, T_k, d_head), v: (B, H, T_k, d_head) tensors.
+        p: the probability of zeroing each weight, 0 <= p < 1.
+        training: drop only when True; in evaluation the weights are the softmax itself.
+
+    Returns:
+        out: (B, H, T_q, d_head), and weights: (B, H, T_q, T_k), the weights that multiplied v.
+    """
+    ### BEGIN SOLUTION
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, H, T_q, T_k)
+    weights = scores.softmax(dim=-1)  # (B, H, T_q, T_k), rows sum to 1
+    if training and p > 0:
+        keep = torch.rand_like(weights) >= p  # (B, H, T_q, T_k), True with probability 1 - p
+        weights = weights * keep / (1 - p)  # survivors scaled up: each weight keeps its mean
+    return weights @ v, weights  # (B, H, T_q, d_head), (B, H, T_q, T_k)
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_attention_with_dropout", "points": 1}
+torch.manual_seed(5)
+q_p, k_p, v_p = torch.randn(8, 4, 16, 8), torch.randn(8, 4, 16, 8), torch.randn(8, 4, 16, 8)  # (B, H, T, d_head)
+plain = (q_p @ k_p.transpose(-2, -1) / math.sqrt(8)).softmax(-1)  # (B, H, T, T): no dropout
+out_eval, w_eval = attention_with_dropout(q_p, k_p, v_p, p=0.25, training=False)
+expect_close(w_eval, plain, "weights with training=False", atol=1e-6,
+             hint="In evaluation dropout is off: return the softmax itself, neither dropped nor rescaled.")
+out_train, w_train = attention_with_dropout(q_p, k_p, v_p, p=0.25, training=True)
+expect(bool((w_train == 0).any()), "weights with training=True, p = 0.25", "no weight is 0",
+       "Dropout zeroes weights after the softmax; zeroing scores before it (or not dropping at all) leaves "
+       "no weight at 0.")
+dropped = (w_train == 0).float().mean().item()
+print(f"share of weights dropped at p = 0.25: {dropped:.3f}")
+expect(abs(dropped - 0.25) < 0.03, "share of weights dropped at p = 0.25", f"is {dropped:.3f}",
+       "p is the probability of DROPPING a weight (keep with probability 1 - p).")
+survivors = w_train != 0  # (B, H, T, T)
+expect_close(w_train[survivors], plain[survivors] / 0.75, "the weights that survived, p = 0.25", atol=1e-5,
+             hint="Survivors are divided by 1 - p, so each weight keeps its expected value; dropout goes after "
+                  "the softmax, on the weights, not on the scores.")
+expect_close(out_train, w_train @ v_p, "the output against the returned weights", atol=1e-5,
+             hint="Return the dropped weights that multiplied v, and multiply v by those.")
+
+# %% nbgrader={"grade": true, "grade_id": "test_attention_with_dropout_hidden", "points": 2}
+# Hidden tests: fresh shapes and p, T_q != T_k; evaluation mode, the share dropped (to five
+# standard errors), the survivors' scale, the output, and fresh masks on every call.
+### BEGIN HIDDEN TESTS
+from mlbook.labs.lab04_transformer_block import hidden
+hidden.check_attention_with_dropout(attention_with_dropout)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# Rows of dropped weights do not sum to 1, but their mean over many draws is the softmax:
+
+# %% nbgrader={"grade_id": "dropout_demo", "locked": true}
+row_sums = w_train.sum(-1)  # (B, H, T): one dropped row each
+print(f"row sums with dropout: min {row_sums.min():.3f}, max {row_sums.max():.3f}, mean {row_sums.mean():.4f}")
+q1, k1, v1 = q_p[:1, :1], k_p[:1, :1], v_p[:1, :1]  # (1, 1, T, d_head): one head
+mean_w = torch.stack([attention_with_dropout(q1, k1, v1, p=0.25)[1] for _ in range(2000)]).mean(0)  # (1, 1, T, T)
+print(f"mean of 2,000 dropped maps vs the softmax: max difference {(mean_w - plain[:1, :1]).abs().max():.4f}")
+
+# %% [markdown]
+# ### E4. Path length: attention, an RNN and a stack of convolutions
+#
+# How many layers (or recurrent steps) must information pass through to get from token i to
+# token j, |i − j| = n positions away?
+#
+# | layer | longest path | per-layer cost |
+# |---|---|---|
+# | self-attention | 1: every pair is scored directly | O(T²·d) |
+# | recurrent (RNN) | n steps, a product of n Jacobians | O(T·d²), sequential in T |
+# | convolutions of kernel w | ⌈n / (w − 1)⌉ layers: each layer reaches w − 1 further | O(w·T·d²) |
+# | dilated convolutions (dilation 1, w, w², …) | ⌈log_w(n + 1)⌉ layers: L layers reach w^L − 1 | O(w·T·d²) |
+#
+# Attention buys the short path with the T² term of section 6. Write `path_length` from the
+# table (the counts, not the big-O): return an integer.
+
+# %% nbgrader={"grade_id": "path_length", "solution": true}
+def path_length(kind, distance, width=3):
+    """Fewest layers (or recurrent steps) information needs to travel ``distance`` positions.
+
+    Args:
+        kind: "attention", "rnn", "cnn" (stacked convolutions of kernel ``width``, dilation 1) or
+            "dilated_cnn" (kernel ``width``, dilations 1, width, width^2, ...).
+        distance: positions between the two tokens, >= 1.
+        width: the convolutions' kernel width, >= 2.
+
+    Returns:
+        an int.
+    """
+    ### BEGIN SOLUTION
+    if kind == "attention":
+        return 1  # every pair is scored directly
+    if kind == "rnn":
+        return distance  # one recurrent step per position
+    if kind == "cnn":
+        return -(-distance // (width - 1))  # ceil: each layer reaches width - 1 positions further
+    if kind == "dilated_cnn":
+        layers, reach = 0, 0
+        while reach < distance:
+            layers += 1
+            reach = width**layers - 1  # L layers reach width^L - 1 positions
+        return layers
+    raise ValueError(f"unknown kind {kind!r}")
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_path_length", "points": 1}
+expect(path_length("attention", 500) == 1, "path_length('attention', 500)", f"is {path_length('attention', 500)}",
+       "One attention layer scores every pair directly, however far apart.")
+expect(path_length("rnn", 500) == 500, "path_length('rnn', 500)", f"is {path_length('rnn', 500)}",
+       "An RNN carries information one position per step.")
+for n, w, layers in ((10, 3, 5), (11, 3, 6), (12, 5, 3)):
+    got = path_length("cnn", n, width=w)
+    expect(got == layers, f"path_length('cnn', {n}, width={w})", f"is {got}",
+           "A layer of kernel w reaches w - 1 positions further (not w), and a partial layer is still a "
+           "layer: round up.")
+for n, w, layers in ((7, 2, 3), (8, 2, 4), (1000, 10, 4)):
+    got = path_length("dilated_cnn", n, width=w)
+    expect(got == layers, f"path_length('dilated_cnn', {n}, width={w})", f"is {got}",
+           "L dilated layers reach width^L - 1 positions: 3 layers of width 2 reach 7, not 8.")
+
+# %% nbgrader={"grade": true, "grade_id": "test_path_length_hidden", "points": 1}
+# Hidden tests: fresh widths, and distances on both sides of every boundary, up to thousands.
+### BEGIN HIDDEN TESTS
+from mlbook.labs.lab04_transformer_block import hidden
+hidden.check_path_length(path_length)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# The convolution rows of the table, measured: stack torch `Conv1d` layers and ask autograd
+# whether the output n positions away depends on input 0.
+
+# %% nbgrader={"grade_id": "path_measured", "locked": true}
+for n, w, dilated in ((10, 3, False), (12, 5, False), (7, 2, True), (20, 3, True)):
+    measured = next(L for L in range(1, 25) if conv_stack_reaches(n, w, L, dilated=dilated))
+    kind = "dilated_cnn" if dilated else "cnn"
+    print(f"{kind:11s} n = {n:2d}, w = {w}: measured {measured} layers, path_length says {path_length(kind, n, w)}")
+
+# %% [markdown]
+# A path of n recurrent steps is a product of n Jacobians. At initialisation their norms are
+# below 1, so the gradient from the last token back to earlier inputs shrinks geometrically with
+# the distance; one attention layer reaches every input in one step, at every distance:
+
+# %% nbgrader={"grade_id": "path_gradients", "locked": true}
+grad_rnn, grad_attn = gradient_by_distance("rnn", T=33), gradient_by_distance("attention", T=33)  # (T,) each
+back = list(range(1, 33))  # distance from the last token
+curves(back, {"RNN": grad_rnn[-2::-1], "one attention layer": grad_attn[-2::-1]}, logy=True,
+       xlabel="distance n from the last token", ylabel="|d y_last / d x_(last - n)|",
+       title="How much of an earlier input reaches the last output")
+plt.show()
+print(f"RNN: {grad_rnn[-2]:.2e} at n = 1, {grad_rnn[0]:.2e} at n = 32; "
+      f"attention: {grad_attn[-2]:.2e} and {grad_attn[0]:.2e}")
+
+# %% [markdown]
+# ### E5. A fused QKV projection
+#
+# The section 2 module runs three `nn.Linear(d, d)` on the same input. They can be one
+# `nn.Linear(d, 3d)` whose weight stacks [W_q; W_k; W_v] row-wise: one matmul of (B·T, d) @ (d, 3d)
+# instead of three of (B·T, d) @ (d, d), the same FLOPs in one call (one read of x, one kernel
+# launch on a GPU). The output's last axis is then [queries | keys | values], each d wide, and
+# each block is split into heads as before. `torch.nn.MultiheadAttention` stores exactly this
+# packed weight: its `in_proj_weight` (which you unpacked in `load_from_torch`).
+#
+# Write `fused_qkv`: one matmul (no loop over the three blocks before it), then cut the result
+# into q, k and v and split each into heads with your `split_heads`.
+
+# %% nbgrader={"grade_id": "fused_qkv", "solution": true}
+def fused_qkv(x, W_qkv, b_qkv, n_heads):
+    """Queries, keys and values of every head from ONE matmul with a packed weight.
+
+    Args:
+        x: (B, T, d_model).
+        W_qkv: (3 d_model, d_model), rows [W_q; W_k; W_v] in nn.Linear's (out, in) layout
+            (torch.nn.MultiheadAttention's in_proj_weight).
+        b_qkv: (3 d_model,) packed the same way, or None.
+        n_heads: H.
+
+    Returns:
+        q, k, v: each (B, H, T, d_head).
+    """
+    ### BEGIN SOLUTION
+    qkv = x @ W_qkv.T  # (B, T, 3 d_model): one matmul instead of three
+    if b_qkv is not None:
+        qkv = qkv + b_qkv  # (B, T, 3 d_model)
+    q, k, v = qkv.chunk(3, dim=-1)  # three (B, T, d_model) blocks, in the order of W_qkv's rows
+    return split_heads(q, n_heads), split_heads(k, n_heads), split_heads(v, n_heads)
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_fused_qkv", "points": 1}
+torch.manual_seed(6)
+x_f, W_f, b_f = torch.randn(2, 5, 12), torch.randn(36, 12), torch.randn(36)  # (B, T, d), (3d, d), (3d,)
+q_f, k_f, v_f = fused_qkv(x_f, W_f, b_f, 3)
+for name, got, block in (("q", q_f, 0), ("k", k_f, 1), ("v", v_f, 2)):
+    rows = slice(12 * block, 12 * (block + 1))  # this block's rows of W_qkv
+    want = (x_f @ W_f[rows].T + b_f[rows]).view(2, 5, 3, 4).transpose(1, 2)  # (B, H, T, d_head)
+    expect_shape(got, (2, 3, 5, 4), f"fused_qkv's {name}", "Each of q, k, v is (B, H, T, d_head).")
+    expect_close(got, want, f"fused_qkv's {name} against its own projection", atol=1e-5,
+                 hint="The last axis of x @ W_qkv.T + b_qkv is [queries | keys | values], each d_model wide, in "
+                      "the order of W_qkv's rows; cut it there first, then split each block into heads. "
+                      "Is the bias added?")
+q_n, _, _ = fused_qkv(x_f, W_f, None, 3)
+expect_close(q_n, (x_f @ W_f[:12].T).view(2, 5, 3, 4).transpose(1, 2), "fused_qkv with b_qkv=None", atol=1e-5,
+             hint="Without a bias, skip the addition.")
+
+# %% nbgrader={"grade": true, "grade_id": "test_fused_qkv_hidden", "points": 2}
+# Hidden tests: fresh shapes and weights, with and without a bias, against the three
+# projections computed separately.
+### BEGIN HIDDEN TESTS
+from mlbook.labs.lab04_transformer_block import hidden
+hidden.check_fused_qkv(fused_qkv)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# The packed weight of your own module is `torch.cat` of its three weights, and it gives your
+# module's heads. Then one matmul against three, timed on this machine (d_model = 256, 512
+# tokens; the median of 15 calls). On a CPU the difference is small and varies from run to run;
+# on a GPU the fused call also saves launches and reads of x.
+
+# %% nbgrader={"grade_id": "fused_demo", "locked": true}
+torch.manual_seed(7)
+mha8 = MultiHeadAttention(8, 2)
+x8 = torch.randn(2, 5, 8)  # (B, T, d_model)
+with torch.no_grad():
+    W_cat = torch.cat([mha8.W_q.weight, mha8.W_k.weight, mha8.W_v.weight])  # (3d, d) = [W_q; W_k; W_v]
+    b_cat = torch.cat([mha8.W_q.bias, mha8.W_k.bias, mha8.W_v.bias])  # (3d,)
+    q8, k8, v8 = fused_qkv(x8, W_cat, b_cat, 2)  # each (B, H, T, d_head)
+    print("fused q equals your module's q:", torch.allclose(q8, split_heads(mha8.W_q(x8), 2), atol=1e-6))
+    x_big, W_big = torch.randn(512, 256), torch.randn(768, 256)  # (T, d), (3d, d)
+    three = median_seconds(lambda: [x_big @ W_big[i * 256:(i + 1) * 256].T for i in range(3)])
+    one = median_seconds(lambda: x_big @ W_big.T)
+print(f"three (512, 256) @ (256, 256): {three * 1e3:.2f} ms; one (512, 256) @ (256, 768): {one * 1e3:.2f} ms")
+
+# %% [markdown]
+# ### E6. Positions in the scores: learned tables, ALiBi and T5's buckets
+#
+# Section 3 adds positions to the tokens. Three other schemes the chapter names:
+#
+# - **Learned absolute positions**: a table `nn.Embedding(T_max, d_model)` added to the tokens,
+#   trained like any weight. It starts with no structure at all, and there is no row for a
+#   position past T_max.
+# - **ALiBi** (Press et al., 2022): no position vectors. Head h adds −m_h·|i − j| to the score of
+#   query i against key j: a penalty that grows with the distance, with a fixed slope per head,
+#   m_h = 2^(−8(h+1)/H) for h = 0 … H − 1 (1/2, 1/4, …, 1/256 for 8 heads; the paper gives
+#   another rule when H is not a power of two). Heads with small slopes read far, heads with
+#   large slopes stay local. In a causal model the mask removes j > i, so only i − j ≥ 0 matters.
+#   Press et al. found that it extrapolates: trained at one length, it keeps working on longer
+#   inputs.
+# - **T5's buckets** (Raffel et al., 2020): a learned bias per head for each **bucket** of
+#   offsets j − i: exact for small offsets, logarithmically wider up to 128, and every farther
+#   offset shares the last bucket: 32 numbers per head for any length. `t5_relative_bucket` is
+#   given.
+#
+# The bias is added to the scores after the 1/√d_head scale, which is the `bias` argument of
+# your section 5 `attention_forward`. Write `alibi_bias`.
+
+# %% nbgrader={"grade_id": "alibi_bias", "solution": true}
+def alibi_bias(T, n_heads):
+    """ALiBi's score biases: head h subtracts m_h times the distance between query and key.
+
+    Args:
+        T: sequence length (queries and keys).
+        n_heads: H, a power of two.
+
+    Returns:
+        (H, T, T) float64 NumPy array, [h, i, j] = -m_h * |i - j| with m_h = 2^(-8 (h + 1) / H).
+    """
+    ### BEGIN SOLUTION
+    slopes = 2.0 ** (-8.0 * np.arange(1, n_heads + 1) / n_heads)  # (H,): 2^(-8/H), ..., 2^(-8)
+    distance = np.abs(np.arange(T)[:, None] - np.arange(T)[None, :])  # (T, T)
+    return -slopes[:, None, None] * distance  # (H, T, T)
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_alibi_bias", "points": 1}
+bias8 = np.asarray(alibi_bias(5, 8), dtype=float)
+expect_shape(bias8, (8, 5, 5), "alibi_bias(5, 8)", "One (T, T) bias per head: (H, T, T).")
+expect_close(bias8[0, 4], [-2.0, -1.5, -1.0, -0.5, 0.0], "head 0, query 4, against keys 0-4", atol=1e-12,
+             hint="Head 0's slope is 2^(-8/H) = 1/2 for 8 heads, and the bias is minus the slope times the distance "
+                  "(a penalty: never positive).")
+expect_close(bias8[:, 1, 0], [-(2.0 ** -(h + 1)) for h in range(8)], "every head at distance 1, 8 heads",
+             atol=1e-12, hint="Slopes 2^(-8 (h + 1) / H): 1/2, 1/4, ..., 1/256 for H = 8.")
+expect_close(bias8[0, 0], bias8[0, :, 0], "head 0, query 0 against the keys after it", atol=1e-12,
+             hint="The penalty depends on |i - j|: keys after the query are as far as keys before it.")
+expect_close(np.asarray(alibi_bias(3, 4), dtype=float)[:, 2, 0], [-0.5, -0.125, -2**-5, -2**-7],
+             "alibi_bias(3, 4) at distance 2", atol=1e-12, hint="For 4 heads the slopes are 1/4, 1/16, 1/64, 1/256.")
+
+# %% nbgrader={"grade": true, "grade_id": "test_alibi_bias_hidden", "points": 1}
+# Hidden tests: fresh lengths and numbers of heads, to 1e-12.
+### BEGIN HIDDEN TESTS
+from mlbook.labs.lab04_transformer_block import hidden
+hidden.check_alibi_bias(alibi_bias)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# **The four schemes, measured.** For each: its parameters (d_model = 64, 8 heads, trained up to
+# T_max = 128), whether it has anything to say at 256 positions, and how far its position map is
+# from depending on the offset j − i alone (`diagonal_spread`: the largest spread along any
+# diagonal; 0 means a function of the offset). For the absolute schemes the map is the cosine
+# between position vectors; for the relative ones, head 0's score bias.
+
+# %% nbgrader={"grade_id": "positions_compare", "locked": true}
+def cosine_map(P):
+    """(T, T) cosines between the rows of a (T, d) table of position vectors."""
+    unit_rows = P / np.linalg.norm(P, axis=-1, keepdims=True)  # (T, d)
+    return unit_rows @ unit_rows.T  # (T, T)
+
+
+torch.manual_seed(8)
+learned = nn.Embedding(128, 64)  # (T_max, d_model), as initialised: not trained
+t5_table = np.random.default_rng(8).normal(size=(32, 8))  # (buckets, H): a random stand-in for a trained table
+offsets = np.arange(48)[None, :] - np.arange(48)[:, None]  # (T, T): key - query
+position_maps = {
+    "sinusoidal (cosine)": cosine_map(np.asarray(sinusoidal_positions(48, 64))),
+    "learned, untrained (cosine)": cosine_map(learned.weight.detach().numpy()[:48]),
+    "ALiBi head 0 (bias)": np.asarray(alibi_bias(48, 8))[0],
+    "T5 buckets head 0 (bias)": t5_table[t5_relative_bucket(offsets), 0],
+}
+try:
+    learned(torch.tensor([200]))
+    learned_at_256 = "yes"
+except IndexError:
+    learned_at_256 = "no: IndexError"
+rows = [("sinusoidal", 0, "yes"), ("learned", learned.weight.numel(), learned_at_256),
+        ("ALiBi", 0, "yes"), ("T5 buckets", t5_table.size, "yes (offsets past 128 share a bucket)")]
+for (name, n_params, at_256), (title, m) in zip(rows, position_maps.items()):
+    print(f"{name:11s} parameters {n_params:5d} | at T = 256: {at_256:38s} | spread along diagonals "
+          f"{diagonal_spread(m):.1e}")
+
+# %% nbgrader={"grade_id": "positions_maps", "locked": true}
+heatmap_grid(position_maps, annotate=False, vmin=None, vmax=None, ncols=2)
+plt.show()
+
+# %% [markdown]
+# Sinusoidal, ALiBi and T5 maps depend on the offset alone (a spread of 0 up to rounding); the
+# untrained learned table has no structure until training gives it one, and it has nothing for
+# position 200. ALiBi has no parameters and a fixed shape; T5 learns its shape with 32 numbers
+# per head and, past 128, treats all far keys alike.
+#
+# ### The gradient a bias table receives
+#
+# **The gradient of a score bias** (chapter exercise 5). Because S = Q Kᵀ / √d_k + B, the
+# derivative of S with respect to B is the identity, so dB is the gradient with respect to the
+# scores, dS, with no scale factor. A learned bias table shared across positions collects the sum
+# of dS over every (query, key) pair that maps to the same entry.
+
+# %% nbgrader={"grade_id": "score_bias_grad", "solution": true}
+def score_bias_grad(dY, cache):
+    """Gradient of the loss with respect to an additive score bias B.
+
+    Args:
+        dY: (T_q, d_v).
+        cache: what attention_forward returned.
+
+    Returns:
+        dB: (T_q, T_k).
+    """
+    ### BEGIN SOLUTION
+    A, V = cache["A"], cache["V"]
+    dA = dY @ V.T  # (T_q, T_k)
+    return A * (dA - (dA * A).sum(axis=-1, keepdims=True))  # (T_q, T_k) = dS
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_score_bias_grad", "points": 1}
+dB_ref = autograd_grads(Q4, K5, V5, dY4, bias=B45)[3]
+dB = score_bias_grad(dY4, attention_forward(Q4, K5, V5, bias=B45)[1])
+expect_close(dB, dB_ref, "dB vs autograd (T_q = 4, T_k = 5, with a bias)", atol=1e-10,
+             hint="dB = dS = A * (dA - rowsum(dA * A)), with no 1/sqrt(d_k): the bias is added after the scale.")
+
+# %% nbgrader={"grade": true, "grade_id": "test_score_bias_grad_hidden", "points": 1}
+# Hidden tests: fresh shapes, masks and biases, against autograd in float64 to 1e-10.
+### BEGIN HIDDEN TESTS
+from mlbook.labs.lab04_transformer_block import hidden
+hidden.check_score_bias_grad(attention_forward, score_bias_grad)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# For T5's buckets that sum is one `np.bincount` with weights: the gradient of the whole
+# 32-entry table, here checked against autograd through the table lookup itself. On 10 tokens
+# only the buckets of offsets −9 … 9 receive any gradient.
+
+# %% nbgrader={"grade_id": "t5_table_gradient", "locked": true}
+rng9 = np.random.default_rng(9)
+Q9, K9, V9, dY9 = (rng9.normal(size=(10, 4)) for _ in range(4))  # (T, d) each, T = 10
+buckets9 = t5_relative_bucket(np.arange(10)[None, :] - np.arange(10)[:, None])  # (T, T) bucket of offset j - i
+table9 = rng9.normal(size=32)  # (buckets,): one head's learned biases
+dB9 = score_bias_grad(dY9, attention_forward(Q9, K9, V9, bias=table9[buckets9])[1])  # (T, T)
+grad_table = np.bincount(buckets9.ravel(), weights=dB9.ravel(), minlength=32)  # (buckets,)
+table_t = torch.tensor(table9, requires_grad=True)  # (buckets,)
+S9 = torch.tensor(Q9 @ K9.T / 2.0) + table_t[torch.as_tensor(buckets9)]  # (T, T), sqrt(d_k) = 2
+(S9.softmax(-1) @ torch.tensor(V9) * torch.tensor(dY9)).sum().backward()
+print(f"table gradient vs autograd: max difference {np.abs(grad_table - table_t.grad.numpy()).max():.1e}; "
+      f"{int((grad_table != 0).sum())} of 32 buckets receive gradient")
