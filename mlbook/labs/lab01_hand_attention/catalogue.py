@@ -48,6 +48,31 @@ output_0 = [1.0, 1.0]
 '''},
            must_fail=("test_token_importance", "test_token_importance_hidden"),
            message=r"attention weights|not the attention"),
+    # 7b: gradient x input.
+    Mutant(name="gxi-of-probability",
+           misconception="gradient x input taken of the probability (after the sigmoid) instead of the logit",
+           cells={"gradient_x_input": patch("logit = refund_logit(classifier, x)  # (): before the sigmoid",
+                                            "logit = torch.sigmoid(refund_logit(classifier, x))  # (): the probability")},
+           must_fail=("test_gradient_x_input", "test_gradient_x_input_hidden"), message=r"gradient of the probability"),
+    Mutant(name="gxi-gradient-only", misconception="the gradient alone (a saliency), not multiplied by the input",
+           cells={"gradient_x_input": patch("(grad * x).sum(dim=-1)", "grad.sum(dim=-1)")},
+           must_fail=("test_gradient_x_input", "test_gradient_x_input_hidden"),
+           message=r"multiply it by the input|x_i \. grad_i"),
+    Mutant(name="gxi-norm", misconception="the norm of x_i * grad_i, which loses the sign of the attribution",
+           cells={"gradient_x_input": patch("(grad * x).sum(dim=-1)", "(grad * x).norm(dim=-1)")},
+           must_fail=("test_gradient_x_input", "test_gradient_x_input_hidden"), message=r"norm"),
+    # 7c: Spearman's rank correlation.
+    Mutant(name="spearman-of-values", misconception="Pearson correlation of the values instead of their ranks",
+           cells={"spearman": patch("ranks(a) - (len(a) + 1) / 2, ranks(b) - (len(b) + 1) / 2",
+                                    "np.asarray(a, dtype=float) - np.mean(a), np.asarray(b, dtype=float) - np.mean(b)")},
+           must_fail=("test_spearman", "test_spearman_hidden"), message=r"Pearson correlation of the values"),
+    Mutant(name="spearman-ties-ordinal", misconception="tied values ranked by position instead of sharing their average rank",
+           cells={"spearman": patch("            r[tied] = r[tied].mean()  # tied values share their average rank\n", "")},
+           must_fail=("test_spearman", "test_spearman_hidden"), message=r"tied values got different ranks"),
+    Mutant(name="spearman-argsort-once", misconception="np.argsort's output (the order) taken as the ranks",
+           cells={"spearman": patch('r[np.argsort(x, kind="stable")] = np.arange(1, len(x) + 1)',
+                                    'r[:] = np.argsort(x, kind="stable") + 1')},
+           must_fail=("test_spearman", "test_spearman_hidden"), message=r"not the ranks"),
 ]
 
 ALTERNATIVES = [
@@ -130,5 +155,72 @@ def softmax_rows(S):
     masks = ~np.eye(len(words), dtype=bool)
     return np.array([p_full - classifier.predict(words, keep=list(m))[0] for m in masks])
 ''',
+    }),
+    Alternative(name="backward-and-finite-differences",
+                description="gradient x input as a central difference of the logit along each word's own vector; Spearman's ranks by "
+                            "counting smaller and equal values",
+                cells={
+        "gradient_x_input": """import torch
+
+from mlbook_helpers.attribution import refund_logit, word_vectors
+
+
+def gradient_x_input(classifier, words):
+    # x_i . grad_i is the derivative of the logit when word i's vector is scaled by (1 + t), at t = 0
+    x = word_vectors(classifier, words)
+    eps = 1e-5
+    out = []
+    with torch.no_grad():
+        for i in range(x.shape[0]):
+            up, down = x.clone(), x.clone()
+            up[i] *= 1 + eps
+            down[i] *= 1 - eps
+            out.append(float(refund_logit(classifier, up) - refund_logit(classifier, down)) / (2 * eps))
+    return np.array(out)
+""",
+        "spearman": """def spearman(a, b):
+    def ranks(x):
+        x = np.asarray(x, dtype=float)
+        smaller = (x[None, :] < x[:, None]).sum(axis=1)
+        equal = (x[None, :] == x[:, None]).sum(axis=1)
+        return smaller + (equal + 1) / 2
+    return float(np.corrcoef(ranks(a), ranks(b))[0, 1])
+""",
+    }),
+    Alternative(name="torch-backward-and-loops",
+                description="gradient x input with logit.backward() and x.grad; Spearman in plain Python loops",
+                cells={
+        "gradient_x_input": """import torch
+
+from mlbook_helpers.attribution import refund_logit, word_vectors
+
+
+def gradient_x_input(classifier, words):
+    x = word_vectors(classifier, words)
+    x.requires_grad = True
+    refund_logit(classifier, x).backward()
+    return torch.einsum("td,td->t", x.grad, x).detach().numpy()
+""",
+        "spearman": """import math
+
+def spearman(a, b):
+    def ranks(x):
+        x = [float(v) for v in x]
+        order = sorted(range(len(x)), key=lambda i: x[i])
+        r = [0.0] * len(x)
+        i = 0
+        while i < len(order):
+            j = i
+            while j + 1 < len(order) and x[order[j + 1]] == x[order[i]]:
+                j += 1
+            for k in range(i, j + 1):
+                r[order[k]] = (i + j) / 2 + 1
+            i = j + 1
+        return r
+    ra, rb = ranks(a), ranks(b)
+    ma, mb = sum(ra) / len(ra), sum(rb) / len(rb)
+    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
+    return cov / math.sqrt(sum((x - ma) ** 2 for x in ra) * sum((y - mb) ** 2 for y in rb))
+""",
     }),
 ]
