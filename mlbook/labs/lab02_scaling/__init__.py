@@ -1,3 +1,1 @@
 """Lab 2, the sqrt(d_k) variance experiment: hidden checks and misconception catalogue (grader only)."""
-
-TOTAL_POINTS = 29
