@@ -48,32 +48,43 @@ output_0 = [1.0, 1.0]
 '''},
            must_fail=("test_token_importance", "test_token_importance_hidden"),
            message=r"attention weights|not the attention"),
-    # 7b: gradient x input.
-    Mutant(name="gxi-of-probability",
-           misconception="gradient x input taken of the probability (after the sigmoid) instead of the logit",
-           cells={"gradient_x_input": patch("logit = refund_logit(classifier, x)  # (): before the sigmoid",
-                                            "logit = torch.sigmoid(refund_logit(classifier, x))  # (): the probability")},
-           must_fail=("test_gradient_x_input", "test_gradient_x_input_hidden"), message=r"gradient of the probability"),
-    Mutant(name="gxi-gradient-only", misconception="the gradient alone (a saliency), not multiplied by the input",
-           cells={"gradient_x_input": patch("(grad * x).sum(dim=-1)", "grad.sum(dim=-1)")},
-           must_fail=("test_gradient_x_input", "test_gradient_x_input_hidden"),
-           message=r"multiply it by the input|x_i \. grad_i"),
-    Mutant(name="gxi-norm", misconception="the norm of x_i * grad_i, which loses the sign of the attribution",
-           cells={"gradient_x_input": patch("(grad * x).sum(dim=-1)", "(grad * x).norm(dim=-1)")},
-           must_fail=("test_gradient_x_input", "test_gradient_x_input_hidden"), message=r"norm"),
-    # 7c: Spearman's rank correlation.
-    Mutant(name="spearman-of-values", misconception="Pearson correlation of the values instead of their ranks",
-           cells={"spearman": patch("ranks(a) - (len(a) + 1) / 2, ranks(b) - (len(b) + 1) / 2",
-                                    "np.asarray(a, dtype=float) - np.mean(a), np.asarray(b, dtype=float) - np.mean(b)")},
-           must_fail=("test_spearman", "test_spearman_hidden"), message=r"Pearson correlation of the values"),
-    Mutant(name="spearman-ties-ordinal", misconception="tied values ranked by position instead of sharing their average rank",
-           cells={"spearman": patch("            r[tied] = r[tied].mean()  # tied values share their average rank\n", "")},
-           must_fail=("test_spearman", "test_spearman_hidden"), message=r"tied values got different ranks"),
-    Mutant(name="spearman-argsort-once", misconception="np.argsort's output (the order) taken as the ranks",
-           cells={"spearman": patch('r[np.argsort(x, kind="stable")] = np.arange(1, len(x) + 1)',
-                                    'r[:] = np.argsort(x, kind="stable") + 1')},
-           must_fail=("test_spearman", "test_spearman_hidden"), message=r"not the ranks"),
 ]
+
+def _caught_by_its_tests(cell: str, test: str, rows: list[tuple]) -> list[Mutant]:
+    """Mutants of one answer cell that its visible test and its hidden partner must both catch.
+
+    Args:
+        rows: (name, misconception, the edit of the reference answer, what the messages must match).
+    """
+    return [Mutant(name=name, misconception=idea, cells={cell: edit}, must_fail=(test, f"{test}_hidden"), message=regex)
+            for name, idea, edit, regex in rows]
+
+
+# 7b: gradient x input, one line of the reference changed per misconception.
+MUTANTS += _caught_by_its_tests("gradient_x_input", "test_gradient_x_input", [
+    ("gxi-of-probability", "gradient x input taken of the probability (after the sigmoid) instead of the logit",
+     patch("logit = refund_logit(classifier, x)  # (): before the sigmoid",
+           "logit = torch.sigmoid(refund_logit(classifier, x))  # (): the probability"), r"gradient of the probability"),
+    ("gxi-gradient-only", "the gradient alone (a saliency), not multiplied by the input",
+     patch("(grad * x).sum(dim=-1)", "grad.sum(dim=-1)"), r"multiply it by the input|x_i \. grad_i"),
+    ("gxi-norm", "the norm of x_i * grad_i, which loses the sign of the attribution",
+     patch("(grad * x).sum(dim=-1)", "(grad * x).norm(dim=-1)"), r"norm"),
+])
+
+# 7c: Spearman's rank correlation: the three classic ways of getting ranks wrong.
+MUTANTS += _caught_by_its_tests("spearman", "test_spearman", [
+    ("spearman-of-values", "Pearson correlation of the values instead of their ranks",
+     patch("ranks(a) - (len(a) + 1) / 2, ranks(b) - (len(b) + 1) / 2",
+           "np.asarray(a, dtype=float) - np.mean(a), np.asarray(b, dtype=float) - np.mean(b)"),
+     r"Pearson correlation of the values"),
+    ("spearman-ties-ordinal", "tied values ranked by position instead of sharing their average rank",
+     patch("            r[tied] = r[tied].mean()  # tied values share their average rank\n", ""),
+     r"tied values got different ranks"),
+    ("spearman-argsort-once", "np.argsort's output (the order) taken as the ranks",
+     patch('r[np.argsort(x, kind="stable")] = np.arange(1, len(x) + 1)', 'r[:] = np.argsort(x, kind="stable") + 1'),
+     r"not the ranks"),
+])
+
 
 ALTERNATIVES = [
     Alternative(name="einsum", description="einsum for every product", cells={

@@ -206,16 +206,24 @@ def check_property_checks(rows_are_distributions, outputs_in_value_range) -> Non
 # --- 7: token importance --------------------------------------------------------------------
 
 
-def check_token_importance(token_importance_by_masking) -> None:
+def _classifiers_and_tickets(max_words: int, n: int = 3):
+    """``n`` fresh (grader's classifier, the student's identical copy in the kernel, ticket words).
+
+    The two classifiers are built alike from one seed; the ticket has 3 to ``max_words`` words.
+    """
     from mlbook_helpers.ticket_classifier import VOCAB, TicketClassifier  # torch: imported only here
 
     rng = fresh_rng()
     build_in_kernel = helper("mlbook_helpers.ticket_classifier:TicketClassifier.random")
-    for _ in range(3):
-        built_from = seed(rng)  # the grader's classifier and the student's are built alike
-        classifier = TicketClassifier.random(np.random.default_rng(built_from))
-        students_copy = build_in_kernel(np.random.default_rng(built_from))
-        words = list(rng.choice(VOCAB, size=int(rng.integers(3, 7))))
+    for _ in range(n):
+        built_from = seed(rng)
+        words = [str(w) for w in rng.choice(VOCAB, size=int(rng.integers(3, max_words + 1)))]
+        yield (TicketClassifier.random(np.random.default_rng(built_from)),
+               build_in_kernel(np.random.default_rng(built_from)), words)
+
+
+def check_token_importance(token_importance_by_masking) -> None:
+    for classifier, students_copy, words in _classifiers_and_tickets(max_words=6):
         p_full, weights = classifier.predict(words)
         ref = np.array([p_full - classifier.predict(words, keep=[j != i for j in range(len(words))])[0]
                         for i in range(len(words))])  # (T,)
@@ -261,15 +269,7 @@ def _logit_and_gradient(classifier, words):
 
 
 def check_gradient_x_input(gradient_x_input) -> None:
-    from mlbook_helpers.ticket_classifier import VOCAB, TicketClassifier  # torch: imported only here
-
-    rng = fresh_rng()
-    build_in_kernel = helper("mlbook_helpers.ticket_classifier:TicketClassifier.random")
-    for _ in range(3):
-        built_from = seed(rng)  # the grader's classifier and the student's are built alike
-        classifier = TicketClassifier.random(np.random.default_rng(built_from))
-        students_copy = build_in_kernel(np.random.default_rng(built_from))
-        words = [str(w) for w in rng.choice(VOCAB, size=int(rng.integers(3, 8)))]
+    for classifier, students_copy, words in _classifiers_and_tickets(max_words=7):
         p, x, grad, weights = _logit_and_gradient(classifier, words)
         ref = (grad * x).sum(axis=-1)  # (T,)
         what = f"gradient_x_input on a {len(words)}-word ticket"

@@ -65,47 +65,55 @@ MUTANTS = [
            cells={"softmax_jacobian": patch("outer = a[..., :, None] * a[..., None, :]  # (..., T, T): a_i a_j",
                                             "outer = a[..., None, :] * a[..., None, :]  # (..., 1, T): a_j a_j")},
            must_fail=("test_softmax_jacobian", "test_softmax_jacobian_hidden"), message=r"a \* a is elementwise"),
-    # 9: a learned temperature.
-    Mutant(name="temperature-steps-on-tau",
-           misconception="gradient steps taken on tau itself instead of on u = log tau",
-           cells={"learn_temperature": (
-               patch("u = torch.zeros((), dtype=torch.float64, requires_grad=True)",
-                     "u = torch.ones((), dtype=torch.float64, requires_grad=True)"),
-               patch("s0 / torch.exp(u)", "s0 / u"),
-               patch("float(torch.exp(u.detach()))", "float(u.detach())"))},
-           must_fail=("test_learn_temperature", "test_learn_temperature_hidden"), message=r"on tau itself"),
-    Mutant(name="temperature-without-sqrt-dk",
-           misconception="the learned temperature replaces sqrt(d_k) instead of multiplying it",
-           cells={"learn_temperature": patch("s0 = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])",
-                                             "s0 = q @ k.transpose(-2, -1)")},
-           must_fail=("test_learn_temperature", "test_learn_temperature_hidden"), message=r"sqrt\(d_k\) was left out"),
-    Mutant(name="temperature-uphill", misconception="the gradient step on log tau taken uphill (u + lr * gradient)",
-           cells={"learn_temperature": patch("u -= lr * grad", "u += lr * grad")},
-           must_fail=("test_learn_temperature", "test_learn_temperature_hidden"), message=r"uphill"),
-    # 10: QK-norm.
-    Mutant(name="qknorm-across-tokens",
-           misconception="QK-norm normalising each component across the tokens instead of each vector",
-           cells={"qk_norm_scores": patch("axis=-1, keepdims=True", "axis=-2, keepdims=True", count=2)},
-           must_fail=("test_qk_norm_scores", "test_qk_norm_scores_hidden"), message=r"across the tokens"),
-    Mutant(name="qknorm-keeps-sqrt-dk", misconception="QK-norm cosines divided by sqrt(d_k) as well as multiplied by the gain",
-           cells={"qk_norm_scores": patch("return gain * (Q_unit @ K_unit.swapaxes(-2, -1))",
-                                          "return gain * (Q_unit @ K_unit.swapaxes(-2, -1)) / np.sqrt(Q.shape[-1])")},
-           must_fail=("test_qk_norm_scores", "test_qk_norm_scores_hidden"), message=r"divided by sqrt\(d_k\)"),
-    Mutant(name="qknorm-raw-keys", misconception="QK-norm normalising the queries only, so scores still grow with |k|",
-           cells={"qk_norm_scores": patch("K_unit = K / np.linalg.norm(K, axis=-1, keepdims=True)", "K_unit = K")},
-           must_fail=("test_qk_norm_scores", "test_qk_norm_scores_hidden"), message=r"normalise both Q and K|keys too"),
-    # Extension: Nadaraya-Watson.
-    Mutant(name="nw-bandwidth-unsquared", misconception="Gaussian kernel exp(-d^2 / (2h)): the bandwidth not squared",
-           cells={"nadaraya_watson": patch("(2 * bandwidth**2)", "(2 * bandwidth)")},
-           must_fail=("test_nadaraya_watson", "test_nadaraya_watson_hidden"), message=r"bandwidth was not\s+squared"),
-    Mutant(name="nw-weighted-sum", misconception="kernel weights not normalised: a weighted sum instead of an average",
-           cells={"nadaraya_watson": patch("weights = softmax(-sq_dist / (2 * bandwidth**2), axis=-1)",
-                                           "weights = np.exp(-sq_dist / (2 * bandwidth**2))")},
-           must_fail=("test_nadaraya_watson", "test_nadaraya_watson_hidden"), message=r"not normalised"),
-    Mutant(name="nw-over-queries", misconception="kernel weights normalised over the query points instead of the examples",
-           cells={"nadaraya_watson": patch("(2 * bandwidth**2), axis=-1)", "(2 * bandwidth**2), axis=0)")},
-           must_fail=("test_nadaraya_watson", "test_nadaraya_watson_hidden"), message=r"query points"),
 ]
+
+def _caught_by_its_tests(cell: str, test: str, rows: list[tuple]) -> list[Mutant]:
+    """Mutants of one answer cell that its visible test and its hidden partner must both catch.
+
+    Args:
+        rows: (name, misconception, the edit(s) of the reference answer, what the messages must match).
+    """
+    return [Mutant(name=name, misconception=idea, cells={cell: edit}, must_fail=(test, f"{test}_hidden"), message=regex)
+            for name, idea, edit, regex in rows]
+
+
+# 9: a learned temperature.
+MUTANTS += _caught_by_its_tests("learn_temperature", "test_learn_temperature", [
+    ("temperature-steps-on-tau", "gradient steps taken on tau itself instead of on u = log tau", (
+        patch("u = torch.zeros((), dtype=torch.float64, requires_grad=True)",
+              "u = torch.ones((), dtype=torch.float64, requires_grad=True)"),
+        patch("s0 / torch.exp(u)", "s0 / u"),
+        patch("float(torch.exp(u.detach()))", "float(u.detach())"),
+    ), r"on tau itself"),
+    ("temperature-without-sqrt-dk", "the learned temperature replaces sqrt(d_k) instead of multiplying it",
+     patch("s0 = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])", "s0 = q @ k.transpose(-2, -1)"),
+     r"sqrt\(d_k\) was left out"),
+    ("temperature-uphill", "the gradient step on log tau taken uphill (u + lr * gradient)",
+     patch("u -= lr * grad", "u += lr * grad"), r"uphill"),
+])
+
+# 10: QK-norm.
+MUTANTS += _caught_by_its_tests("qk_norm_scores", "test_qk_norm_scores", [
+    ("qknorm-across-tokens", "QK-norm normalising each component across the tokens instead of each vector",
+     patch("axis=-1, keepdims=True", "axis=-2, keepdims=True", count=2), r"across the tokens"),
+    ("qknorm-keeps-sqrt-dk", "QK-norm cosines divided by sqrt(d_k) as well as multiplied by the gain",
+     patch("return gain * (Q_unit @ K_unit.swapaxes(-2, -1))",
+           "return gain * (Q_unit @ K_unit.swapaxes(-2, -1)) / np.sqrt(Q.shape[-1])"), r"divided by sqrt\(d_k\)"),
+    ("qknorm-raw-keys", "QK-norm normalising the queries only, so scores still grow with |k|",
+     patch("K_unit = K / np.linalg.norm(K, axis=-1, keepdims=True)", "K_unit = K"), r"normalise both Q and K|keys too"),
+])
+
+# Extension: Nadaraya-Watson.
+MUTANTS += _caught_by_its_tests("nadaraya_watson", "test_nadaraya_watson", [
+    ("nw-bandwidth-unsquared", "Gaussian kernel exp(-d^2 / (2h)): the bandwidth not squared",
+     patch("(2 * bandwidth**2)", "(2 * bandwidth)"), r"bandwidth was not\s+squared"),
+    ("nw-weighted-sum", "kernel weights not normalised: a weighted sum instead of an average",
+     patch("weights = softmax(-sq_dist / (2 * bandwidth**2), axis=-1)", "weights = np.exp(-sq_dist / (2 * bandwidth**2))"),
+     r"not normalised"),
+    ("nw-over-queries", "kernel weights normalised over the query points instead of the examples",
+     patch("(2 * bandwidth**2), axis=-1)", "(2 * bandwidth**2), axis=0)"), r"query points"),
+])
+
 
 ALTERNATIVES = [
     Alternative(name="scipy-stats-entropy",
