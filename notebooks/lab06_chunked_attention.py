@@ -909,8 +909,9 @@ for T in (256, 2048):
 #
 # $$ y(q) = \frac{\sum_j \kappa(q, k_j)\, v_j}{\sum_j \kappa(q, k_j)} . $$
 #
-# This is **Nadaraya–Watson kernel regression**: an average of the "observations" v_j, weighted by
-# how close the query is to each "training input" k_j. Softmax attention is the exponential
+# This is **Nadaraya–Watson kernel regression** (lab 2's extension met it with a Gaussian kernel):
+# an average of the "observations" v_j, weighted by how close the query is to each "training
+# input" k_j. Softmax attention is the exponential
 # kernel's case, and nothing in the formula needs that kernel. `kernel_smoother` below is the
 # formula for any kernel matrix `κ[i, j] = κ(q_i, k_j)`: O(T²), like naive attention. With the
 # exponential kernel it gives the chapter's query 0 of section 3, (6.02, 3.98).
@@ -1028,11 +1029,11 @@ expect_close(causal_out[2], out[2], "causal linear attention, query 2 (it sees e
 
 g = torch.Generator().manual_seed(4)
 f64 = dict(generator=g, dtype=torch.float64)
-q, k, v = torch.randn(70, 8, **f64), torch.randn(90, 8, **f64), torch.randn(90, 5, **f64)
+q, k, v = torch.randn(70, 8, **f64), torch.randn(90, 8, **f64), torch.randn(90, 5, **f64)  # (70, 8), (90, 8), (90, 5)
 fq, fk = elu_feature_map(q), elu_feature_map(k)  # (70, 8), (90, 8)
 expect_close(linear_attention(fq, fk, v), kernel_smoother(fq @ fk.T, v), "linear_attention(T_q=70, T_k=90)",
              atol=1e-9, hint="The re-associated form phi(Q) (phi(K)^T V) / (phi(Q) z) must equal the kernel form.")
-q, k, v = (torch.randn(60, 8, **f64) for _ in range(3))
+q, k, v = (torch.randn(60, 8, **f64) for _ in range(3))  # (60, 8) each
 fq, fk = elu_feature_map(q), elu_feature_map(k)  # (60, 8) each
 expect_close(linear_attention(fq, fk, v, causal=True), kernel_smoother(fq @ fk.T, v, causal=True),
              "causal linear_attention(T=60) vs the causal kernel form", atol=1e-9,
