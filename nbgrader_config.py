@@ -3,6 +3,7 @@
 Every setting here answers a measured nbgrader 0.9.6 behaviour (see README, "Grading").
 """
 
+from mlbook.lms.late import SchedulePenalty
 from mlbook.outputs.preprocessors import WARNING_STDERR_PATTERN, RedactTestTracebacks
 from nbgrader.preprocessors import ClearHiddenTests, GetGrades
 from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
@@ -36,3 +37,8 @@ c.IgnorePattern.pattern = WARNING_STDERR_PATTERN
 # Feedback: no hidden test text (ClearHiddenTests) and no traceback quoting it
 # (RedactTestTracebacks keeps only the misconception message).
 c.GenerateFeedback.preprocessors = [GetGrades, ClearHiddenTests, RedactTestTracebacks, CSSHTMLHeaderPreprocessor]
+
+# Late work: nbgrader's own late-submission step (AssignLatePenalties, counting from the
+# gradebook's due date plus the student's extension, both written from course.toml and
+# extensions.toml) with the course's policy from course.toml.
+c.AssignLatePenalties.plugin_class = SchedulePenalty

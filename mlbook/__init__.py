@@ -2,7 +2,7 @@
 
 The pipeline, one package per stage:
 
-    notebooks/<lab>.py --authoring--> source/ and release/ --students--> submitted/
+    notebooks/<lab>.py --authoring--> source/ and release/ --students (via an LMS: lms)--> submitted/
         --grading (intake, prepare; each notebook run by sandbox, decided by judge)--> autograded/ + gradebook
         --outputs--> feedback pages, CSV exports, the class report, the terminal table
 
@@ -19,7 +19,9 @@ Packages:
                  the kernel's sessions and runs the checks (server), calls into the kernel
                  (remote), the verdicts written into the notebook nbgrader scores;
 - ``outputs``    what people read: scores and messages (results), feedback, exports, the report;
-- ``labs``       per-lab grading material and the kit every lab is written with.
+- ``labs``       per-lab grading material and the kit every lab is written with;
+- ``lms``        hand-in and hand-back through an LMS: the schedule (``course.toml``) and late
+                 work, the roster, bulk downloads collected into ``submitted/``, the hand-back zip.
 Modules beside them: ``cli`` (one thin function per subcommand), ``course`` (where everything
 lives), ``nbgrader_env`` (nbgrader set up for mlbook, by an explicit ``install()``), ``files``
 (atomic writes), ``errors``, ``demo`` (the main job: build, grade a demo class, print).

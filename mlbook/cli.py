@@ -139,6 +139,76 @@ def cmd_feedback(args) -> int:
     for lab in course.resolve_labs(args.labs):
         pages = generate_feedback(course, lab, args.student or None)
         print(f"{lab}: {len(pages)} feedback page(s) in feedback/")
+        if args.lms:
+            from mlbook.lms.handback import write_handback
+
+            handback = write_handback(course, lab, args.lms, args.student or None)
+            print(f"{lab}: wrote {handback.path.relative_to(course.root)} ({len(handback.files)} page(s)) for "
+                  f"{args.lms}'s bulk feedback upload")
+            for student, reason in handback.skipped:
+                print(f"  not in the zip: {student}: {reason}")
+    return 0
+
+
+def cmd_roster(args) -> int:
+    from mlbook.lms.roster import import_roster
+
+    course = _course(args)
+    report = import_roster(course, Path(args.file))
+    print(f"{args.file} ({report.layout} layout): added {len(report.added)}, updated {len(report.updated)}, "
+          f"unchanged {len(report.unchanged)}, rows not read {len(report.problems)}")
+    for problem in report.problems:
+        print(f"  - {problem}")
+    return 1 if report.problems else 0
+
+
+def cmd_collect(args) -> int:
+    from mlbook.lms.collect import collect
+
+    course = _course(args)
+    lab = course.resolve_labs([args.lab])[0]
+    fmt = args.format or ("pattern" if args.pattern else None)
+    if fmt is None:
+        raise MlbookError("say which LMS made the zip: --format canvas|moodle, or --pattern REGEX for another")
+    report = collect(course, lab, Path(args.zip), fmt, pattern=args.pattern,
+                     times=Path(args.times) if args.times else None)
+    print(f"{lab}: collected {len(report.collected)} submission(s) from {Path(args.zip).name}: new {len(report.added)}, "
+          f"changed {len(report.updated)} (graded again by the next autograde), unchanged {len(report.unchanged)}")
+    for student, when in sorted(report.late.items()):
+        print(f"  late: {student} (submitted {when})")
+    for warning in report.warnings:
+        print(f"  warning: {warning}")
+    for name, reason in report.ignored:
+        print(f"  not taken: {name}: {reason}")
+    for name, reason in report.unmatched:
+        print(f"  unmatched: {name}: {reason}")
+    if report.missing:
+        print(f"  missing (in the roster, no submission): {', '.join(report.missing)}")
+    return 0
+
+
+def cmd_extend(args) -> int:
+    import datetime as dt
+
+    from mlbook.lms.extensions import grant
+    from mlbook.lms.schedule import load_schedule
+
+    course = _course(args)
+    lab = course.resolve_labs([args.lab])[0]
+    schedule = load_schedule(course)
+    try:
+        until = dt.datetime.fromisoformat(args.until)
+    except ValueError:
+        raise MlbookError(f"--until {args.until!r}: write a date and time, e.g. 2027-01-20T23:59 "
+                          "(the course's time zone unless an offset is given)") from None
+    if until.tzinfo is None:
+        if schedule is None or schedule.timezone is None:
+            raise MlbookError("--until has no offset and the course has no time zone (course.toml): add one, "
+                              "e.g. 2027-01-20T23:59+00:00")
+        until = until.replace(tzinfo=schedule.timezone)
+    granted = grant(course, lab, args.student, until)
+    shown = schedule.local(granted) if schedule else granted.isoformat()
+    print(f"{lab}: {args.student} may hand in until {shown} without a late penalty (extensions.toml)")
     return 0
 
 
@@ -243,7 +313,30 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("feedback", help="write feedback pages for graded (and failed) submissions")
     s.add_argument("labs", nargs="*")
     s.add_argument("--student", action="append")
+    s.add_argument("--lms", choices=["canvas", "moodle"],
+                   help="also write the zip the LMS's bulk feedback upload takes (exports/handback/<lab>-<lms>.zip)")
     s.set_defaults(func=cmd_feedback)
+
+    s = sub.add_parser("roster", help="the class list: `roster import FILE` (Canvas, Moodle or id,first,last,email,lms_id CSV)")
+    roster_sub = s.add_subparsers(dest="roster_command", required=True)
+    r = roster_sub.add_parser("import", help="add or update nbgrader's students from an LMS class list export")
+    r.add_argument("file")
+    r.set_defaults(func=cmd_roster)
+
+    s = sub.add_parser("collect", help="place an LMS bulk download of one lab in submitted/<student>/<lab>/")
+    s.add_argument("lab")
+    s.add_argument("zip")
+    s.add_argument("--format", choices=["canvas", "moodle", "pattern"], help="the LMS that made the zip")
+    s.add_argument("--pattern", help="for another LMS: a regex over each entry's path with a named group "
+                   "student, lms_id or name (and optionally attempt, late)")
+    s.add_argument("--times", help="CSV of submission times (file_id, lms_id or student; submitted_at): Canvas's zip has none")
+    s.set_defaults(func=cmd_collect)
+
+    s = sub.add_parser("extend", help="give a student a later due date for a lab (kept in extensions.toml)")
+    s.add_argument("lab")
+    s.add_argument("student")
+    s.add_argument("--until", required=True, help="the new due date, e.g. 2027-01-20T23:59 (course time zone)")
+    s.set_defaults(func=cmd_extend)
 
     s = sub.add_parser("export", help="write grades.csv (with a status column), nbgrader.csv and canvas.csv")
     s.add_argument("labs", nargs="*")

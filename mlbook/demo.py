@@ -3,7 +3,17 @@
 Builds every lab, creates a demo class under ``submitted/`` (students ``demo-*`` only, so a
 real class beside it is never touched), autogrades it into the sqlite gradebook, writes
 feedback and the grades CSV, prints a student x lab table, and ends by writing the HTML report
-of the demo class (``exports/demo-report.html``, demo students only).
+of the demo class (``exports/demo-report.html``, demo students only) and the hand-back zip.
+
+Lab 1 arrives the way a course's hand-ins do, through an LMS: the demo roster is imported
+(``mlbook roster import``), lab 1's files are zipped as Moodle's "Download all submissions"
+names them, with the entry times as submission times around the schedule's due date
+(``course.toml``), and ``mlbook collect`` places them. In that download demo-cleo is a day
+late (the late policy's penalty shows in the table), demo-dev handed in twice (the untouched
+release first, then the mutant: the later attempt counts), demo-eli renamed the notebook and
+demo-ada also uploaded a stray PDF (listed, not taken). The demo ends by writing
+``exports/handback/<lab 1>-moodle.zip``, the feedback pages keyed for Moodle's
+"Upload multiple feedback files in a zip". The other labs are placed directly.
 
 The demo class, per lab:
   demo-ada   the reference solution            demo-ben   the untouched release
@@ -13,13 +23,19 @@ The demo class, per lab:
 
 from __future__ import annotations
 
+import datetime as dt
 import shutil
+import tempfile
 import time
+from pathlib import Path
+
+import nbformat
 
 from mlbook.authoring import submissions
 from mlbook.authoring.build import build_lab
 from mlbook.authoring.catalogue import load_catalogue
 from mlbook.course import Course
+from mlbook.errors import MlbookError
 from mlbook.outputs.export import export_csv
 from mlbook.outputs.feedback import generate_feedback
 from mlbook.grading import autograde_labs
@@ -29,32 +45,77 @@ from mlbook.grading.status import ERROR, GRADED
 from mlbook.outputs.table import text_table
 
 STUDENTS = ("demo-ada", "demo-ben", "demo-cleo", "demo-dev", "demo-eli", "demo-fay")
+# The demo roster: id, first name, last name (Moodle names the download's folders by full name).
+ROSTER = {"demo-ada": ("Ada", "Lovelace-Demo"), "demo-ben": ("Ben", "Núñez Demo"), "demo-cleo": ("Cléo", "Demo"),
+          "demo-dev": ("Dev", "Demo"), "demo-eli": ("Eli", "Demo"), "demo-fay": ("Fay", "Demo")}
+# Hours before (-) or after (+) lab 1's due date each file was handed in, and its name.
+HAND_IN = {"demo-ada": [(-50, None)], "demo-ben": [(-5, None)], "demo-cleo": [(26, None)],
+           "demo-dev": [(-72, "first"), (-20, None)], "demo-eli": [(-1, "my attention lab (final).ipynb")],
+           "demo-fay": [(-2, None)]}
+
+
+def demo_notebooks(course: Course, lab: str) -> dict[str, tuple[str, str]]:
+    """student -> (the notebook's text, what it is) for the demo class of ``lab``."""
+    catalogue = load_catalogue(lab, course.source(lab))
+    mutants = [m for m in catalogue.mutants if m.demo] or list(catalogue.mutants)
+    out = {"demo-ada": (nbformat.writes(submissions.reference(course, lab)), "reference solution"),
+           "demo-ben": (nbformat.writes(submissions.untouched(course, lab)), "untouched release")}
+    for student, index in (("demo-cleo", 0), ("demo-dev", 1), ("demo-fay", 2)):
+        if student == "demo-fay" and lab == course.labs()[0]:
+            out[student] = (submissions.corrupt_text(course, lab), "corrupt notebook file")
+        elif mutants:
+            mutant = mutants[index % len(mutants)]
+            out[student] = (nbformat.writes(submissions.reference(course, lab, mutant.cells)),
+                            f"mutant: {mutant.misconception}")
+    if catalogue.alternatives:
+        alternative = catalogue.alternatives[0]
+        out["demo-eli"] = (nbformat.writes(submissions.reference(course, lab, alternative.cells)),
+                           f"alternative: {alternative.description}")
+    return out
 
 
 def make_demo_class(course: Course, lab: str) -> dict[str, str]:
-    """Write the demo submissions of ``lab``; returns student -> what they submitted."""
-    catalogue = load_catalogue(lab, course.source(lab))
-    mutants = [m for m in catalogue.mutants if m.demo] or list(catalogue.mutants)
+    """Write the demo submissions of ``lab`` directly; returns student -> what they submitted."""
     plan: dict[str, str] = {}
     for student in STUDENTS:
         shutil.rmtree(course.submitted(student, lab), ignore_errors=True)
-    submissions.submit(course, "demo-ada", lab, submissions.reference(course, lab))
-    plan["demo-ada"] = "reference solution"
-    submissions.submit(course, "demo-ben", lab, submissions.untouched(course, lab))
-    plan["demo-ben"] = "untouched release"
-    for student, index in (("demo-cleo", 0), ("demo-dev", 1), ("demo-fay", 2)):
-        if student == "demo-fay" and lab == course.labs()[0]:
-            submissions.submit(course, student, lab, raw=submissions.corrupt_text(course, lab))
-            plan[student] = "corrupt notebook file"
-        elif mutants:
-            mutant = mutants[index % len(mutants)]
-            submissions.submit(course, student, lab, submissions.reference(course, lab, mutant.cells))
-            plan[student] = f"mutant: {mutant.misconception}"
-    if catalogue.alternatives:
-        alternative = catalogue.alternatives[0]
-        submissions.submit(course, "demo-eli", lab, submissions.reference(course, lab, alternative.cells))
-        plan["demo-eli"] = f"alternative: {alternative.description}"
+    for student, (text, what) in demo_notebooks(course, lab).items():
+        submissions.submit(course, student, lab, raw=text)
+        plan[student] = what
     return plan
+
+
+def make_demo_download(course: Course, lab: str, path: Path) -> tuple[Path, Path, dict[str, str]]:
+    """Write the demo roster and lab's Moodle-style bulk download; returns the roster CSV and
+    student -> what they submitted."""
+    from mlbook.lms.downloads import Upload, moodle_name, write_zip
+    from mlbook.lms.schedule import load_schedule
+
+    schedule = load_schedule(course)
+    if schedule is None or schedule.due(lab) is None:
+        raise MlbookError(f"the demo needs {lab}'s due date in course.toml")
+    due, zone = schedule.due(lab), schedule.timezone
+    roster_csv = path.parent / "demo-roster.csv"
+    roster_csv.write_text("id,first,last,email,lms_id\n" + "".join(
+        f"{s},{first},{last},{s}@example.org,{9000 + i}\n" for i, (s, (first, last)) in enumerate(ROSTER.items())),
+        encoding="utf-8")
+    notebooks = demo_notebooks(course, lab)
+    uploads, plan = [], {}
+    for i, (student, (text, what)) in enumerate(notebooks.items()):
+        first, last = ROSTER[student]
+        participant = 700 + i
+        for hours, name in HAND_IN[student]:
+            when = (due + dt.timedelta(hours=hours)).astimezone(zone).replace(tzinfo=None)
+            data = text
+            if name == "first":  # an earlier attempt: the untouched release
+                data, name = nbformat.writes(submissions.untouched(course, lab)), f"{lab} (1).ipynb"
+            uploads.append(Upload(moodle_name(f"{first} {last}", participant, name or f"{lab}.ipynb"),
+                                  data.encode("utf-8"), when))
+        plan[student] = what
+    first, last = ROSTER["demo-ada"]
+    uploads.append(Upload(moodle_name(f"{first} {last}", 700, "notes.pdf"), b"%PDF-1.4 stray notes\n",
+                          (due - dt.timedelta(hours=49)).astimezone(zone).replace(tzinfo=None)))
+    return write_zip(path, uploads), roster_csv, plan
 
 
 def run_demo(course: Course, labs: list[str], echo=print) -> int:
@@ -63,8 +124,29 @@ def run_demo(course: Course, labs: list[str], echo=print) -> int:
     for lab in labs:
         echo(f"build    {lab}")
         build_lab(course, lab)
+    from mlbook.lms.collect import collect as collect_download
+    from mlbook.lms.handback import write_handback
+    from mlbook.lms.roster import import_roster
+
     plans = {}
-    for lab in labs:
+    first_lab = labs[0]
+    with tempfile.TemporaryDirectory() as scratch:
+        for student in STUDENTS:
+            shutil.rmtree(course.submitted(student, first_lab), ignore_errors=True)
+        download, roster_csv, plans[first_lab] = make_demo_download(
+            course, first_lab, Path(scratch) / f"{first_lab}-moodle-download.zip")
+        imported = import_roster(course, roster_csv)
+        echo(f"roster   {len(imported.added) + len(imported.updated) + len(imported.unchanged)} demo students "
+             f"(Moodle-style class list)")
+        collected = collect_download(course, first_lab, download, "moodle")
+        echo(f"collect  {first_lab}: {len(collected.collected)} notebooks from a Moodle-style download")
+        for student, when in sorted(collected.late.items()):
+            echo(f"           late: {student} (handed in {when})")
+        for warning in collected.warnings:
+            echo(f"           warning: {warning}")
+        for name, reason in collected.ignored + collected.unmatched:
+            echo(f"           not taken: {name}: {reason}")
+    for lab in labs[1:]:
         plans[lab] = make_demo_class(course, lab)
         echo(f"submit   {lab}: {len(plans[lab])} demo submissions")
     echo(f"grade    {sum(len(p) for p in plans.values())} notebooks of {len(labs)} lab(s) in one batch")
@@ -86,11 +168,15 @@ def run_demo(course: Course, labs: list[str], echo=print) -> int:
                 row.append("ERROR")
             else:
                 auto = r.auto_cells.values()
-                row.append(f"{sum(c.score or 0 for c in auto):g}/{sum(c.max_score for c in auto):g}")
+                points = sum(c.score or 0 for c in auto)
+                cell = f"{points * (1 - r.late_share):g}/{sum(c.max_score for c in auto):g}"
+                if r.late:
+                    cell += f" (late {r.hours_late:.0f} h: {points:g} - {points * r.late_share:g})"
+                row.append(cell)
         row.append(plans[labs[0]].get(student, "-"))
         rows.append(row)
     echo("")
-    echo("Autograded points (written answers await a TA):")
+    echo("Autograded points after any late penalty (written answers await a TA):")
     echo(text_table(header, rows))
     errors = [(lab, r) for lab in labs for r in results[lab].values() if r.status == ERROR]
     for lab, r in errors:
@@ -99,6 +185,9 @@ def run_demo(course: Course, labs: list[str], echo=print) -> int:
     echo(f"grades CSV: {csv_path.relative_to(course.root)}   feedback: feedback/<student>/<lab>/<lab>.html")
     report = write_report(course, labs, course.exports_dir / "demo-report.html", list(STUDENTS))
     echo(f"report   {report.relative_to(course.root)} (open it in a browser; it works offline)")
+    handback = write_handback(course, first_lab, "moodle", list(plans[first_lab]))
+    echo(f"handback {handback.path.relative_to(course.root)}: {len(handback.files)} feedback pages for Moodle's "
+         "\"Upload multiple feedback files in a zip\"")
     echo(f"demo finished in {time.perf_counter() - start:.0f} s")
     bad = [lab for lab in labs if results[lab]["demo-ada"].status != GRADED or any(
         not c.passed for c in results[lab]["demo-ada"].auto_cells.values())]

@@ -90,7 +90,7 @@ def test_a_patch_that_no_longer_applies_is_reported_by_check(new_lab, tmp_path):
     source = new_lab.source(LAB)
     text = source.read_text()
     try:
-        source.write_text(text.replace("Q @ K.T / math.sqrt(d_k)", "(Q @ K.T) / math.sqrt(d_k)"))
+        source.write_text(text.replace("Q @ K.T / math.sqrt(d_k)", "Q @ K.T / np.sqrt(d_k)"))
         problems = check_course(new_lab, [LAB])[LAB]
         assert any("catalogue_names_real_cells" in p and "divide-by-dk" in p and "finds 0" in p for p in problems), problems
     finally:

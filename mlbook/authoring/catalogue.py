@@ -120,7 +120,7 @@ def resolve_cells(cells: Mapping[str, CellCode], answers: Mapping[str, str], whe
 
 
 def _repository_source(lab: str) -> Path:
-    return Path(__file__).resolve().parents[1] / "source" / lab / f"{lab}.ipynb"
+    return Path(__file__).resolve().parents[2] / "source" / lab / f"{lab}.ipynb"
 
 
 def load_catalogue(lab: str, source: Path | None = None) -> Catalogue:

@@ -1,7 +1,8 @@
 """``mlbook check``: the instructor's lint, fast enough to run before every commit.
 
 Each rule is one function returning a list of problems (strings); ``check_course`` runs them
-all for every lab. No rule executes a notebook.
+all for every lab (``RULES``), and the rules about the course as a whole (``COURSE_RULES``: the
+schedule in ``course.toml``) once. No rule executes a notebook.
 """
 
 from __future__ import annotations
@@ -247,6 +248,39 @@ def _code_in(name: str, text: str) -> str:
     return "\n".join("".join(c.get("source", "")) for c in cells if c.get("cell_type") == "code")
 
 
+def lab_is_scheduled(course: Course, lab: str, source: NotebookNode) -> list[str]:
+    """Once the course has a schedule (``course.toml``), every lab has a release and a due date
+    there, due after released."""
+    from mlbook.lms.schedule import lab_problems, read_schedule
+
+    schedule = read_schedule(course)
+    if schedule is None:
+        return []
+    return lab_problems(schedule, lab)
+
+
+def schedule_is_valid(course: Course) -> list[str]:
+    """``course.toml`` reads: TOML, a known time zone, dates with a time, a known late policy."""
+    from mlbook.lms.schedule import read_schedule
+
+    schedule = read_schedule(course)
+    return schedule.problems if schedule else []
+
+
+def schedule_names_real_labs(course: Course) -> list[str]:
+    """Every lab ``course.toml`` schedules exists in ``notebooks/``."""
+    from mlbook.lms.schedule import SCHEDULE_NAME, read_schedule
+
+    schedule = read_schedule(course)
+    if schedule is None:
+        return []
+    known = set(course.labs())
+    return [f"{SCHEDULE_NAME} schedules {lab!r}, which is not a lab of this course (labs: {', '.join(sorted(known))})"
+            for lab in schedule.labs if lab not in known]
+
+
+COURSE_RULES: list[Callable[[Course], list[str]]] = [schedule_is_valid, schedule_names_real_labs]
+
 RULES: list[Rule] = [
     unique_grade_ids,
     points_are_declared,
@@ -261,6 +295,7 @@ RULES: list[Rule] = [
     catalogue_names_real_cells,
     helpers_hold_no_solutions,
     release_zip_is_exact,
+    lab_is_scheduled,
 ]
 
 
@@ -280,4 +315,11 @@ def check_course(course: Course, labs: list[str]) -> dict[str, list[str]]:
             except MlbookError as exc:
                 problems.append(f"{rule.__name__}: {exc}")
         report[lab] = problems
+    course_problems = []
+    for course_rule in COURSE_RULES:
+        course_problems += [f"{course_rule.__name__}: {p}" for p in course_rule(course)]
+    if course_problems:
+        from mlbook.lms.schedule import SCHEDULE_NAME
+
+        report[SCHEDULE_NAME] = course_problems
     return report

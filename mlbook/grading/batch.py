@@ -4,7 +4,9 @@ What mlbook adds to nbgrader's autograder: student code runs in a sandbox and ev
 verdict is decided outside it (``mlbook.sandbox``); submissions run in parallel or on a Dask
 cluster while one process writes the gradebook; a submission that fails as a whole is recorded
 as an error with its reason and never stops the batch; a rerun skips what is already graded
-unless forced; a progress bar shows done/total, errors and an ETA.
+unless forced (``mlbook collect`` clears the status of a submission it changed, so that one is
+graded again); each lab's due date is written into the gradebook from ``course.toml`` first, so
+nbgrader's late penalty counts from it; a progress bar shows done/total, errors and an ETA.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from mlbook.grading.policy import shortcuts
 from mlbook.grading.prepare import find_submission, sanitize
 from mlbook.grading.record import Recorder
 from mlbook.grading.register import assignment_registered, register_assignment
+from mlbook.lms.schedule import sync_gradebook
 
 
 @dataclass
@@ -127,6 +130,7 @@ def autograde_labs(
     for lab in dict.fromkeys(lab for lab, _ in todo):
         if not assignment_registered(course, lab):
             register_assignment(course, lab, api)
+    sync_gradebook(course, list(dict.fromkeys(lab for lab, _ in todo)))  # due dates from course.toml
 
     bar = _progress(len(todo), f"autograde {labs[0]}" if len(labs) == 1 else f"autograde {len(labs)} labs", progress)
 

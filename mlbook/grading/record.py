@@ -33,6 +33,7 @@ from mlbook.sandbox.notebook import SandboxResult
 from mlbook.judge import verdicts
 from mlbook.grading.intake import INTAKE, TIMESTAMP
 from mlbook.grading.prepare import job_key
+from mlbook.lms.extensions import ensure_submission
 
 STAGING = "autograded/.staging"
 
@@ -86,6 +87,7 @@ class Recorder:
         self._pending = _Pending(key, result, plan)
         staged = course.root / STAGING / student / lab
         try:
+            ensure_submission(course, lab, student)  # the student's extension, for nbgrader's late penalty
             with in_course(course):
                 outcome = self.api.autograde(lab, student, force=True, create=True)
         except Exception as exc:  # nbgrader raised instead of reporting: still only this student

@@ -51,7 +51,16 @@ class StatusStore:
         """Every recorded attempt of ``lab`` (one per student)."""
         return [a for a in self._entries.values() if a.lab == lab]
 
+    def forget(self, lab: str, student: str) -> None:
+        """Drop the entry of a submission that changed (``mlbook collect``): it is not graded
+        any more, so the next ``autograde`` grades it again."""
+        if self._entries.pop(self._key(lab, student), None) is not None:
+            self._write()
+
     def record(self, attempt: Attempt) -> None:
         attempt.finished_at = attempt.finished_at or time.time()
         self._entries[self._key(attempt.lab, attempt.student)] = attempt
+        self._write()
+
+    def _write(self) -> None:
         write_atomic(self.path, json.dumps({k: asdict(v) for k, v in sorted(self._entries.items())}, indent=1))

@@ -2,10 +2,13 @@
 
 - ``exports/grades.csv`` (mlbook's own): one row per (student, lab). Columns: student, lab,
   status (graded | error | missing), score, max_score, auto_score, auto_max_score,
-  manual_pending (written answers not yet graded by a TA), reason, seconds. An errored
+  manual_pending (written answers not yet graded by a TA), reason, seconds, raw_score,
+  late_penalty, hours_late, submitted_at, due (the student's, after any extension). ``score``
+  is after the late penalty (``mlbook.lms.late``); ``raw_score`` before it. An errored
   submission is never a silent 0: its status says ``error`` and ``reason`` says why.
 - ``exports/nbgrader.csv``: nbgrader's own export (``nbgrader export``, its CsvExportPlugin),
-  unchanged. Note that nbgrader writes 0 for an errored or missing submission.
+  unchanged (its ``late_submission_penalty`` is brought up to date first,
+  ``late.refresh_gradebook``). Note that nbgrader writes 0 for an errored or missing submission.
 - ``exports/canvas.csv``: the layout Canvas's gradebook import reads (``CANVAS_*`` below).
 
 Canvas layout, as Canvas's importer reads it (canvas-lms ``app/models/gradebook_importer.rb``):
@@ -22,7 +25,9 @@ Canvas matches by assignment title (or offers to create). A lab cell holds nbgra
 (autograded plus any written answers graded so far) when graded, and is blank when the
 submission errored, is not graded yet, or was never handed in: a blank cell leaves Canvas's
 grade unchanged. The status column says which: ``graded``, ``graded, N written answer(s) to
-grade``, ``error: <reason>``, or ``missing`` (no grade: not submitted, or not graded yet).
+grade``, ``error: <reason>``, or ``missing`` (no grade: not submitted, or not graded yet); a
+late submission's status adds ``late <h> h, raw <raw>, penalty <points>`` (the lab cell holds the
+score after the penalty).
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from mlbook.outputs.results import SubmissionResult, collect
 from mlbook.grading.status import ERROR, GRADED
 
 COLUMNS = ["student", "lab", "status", "score", "max_score", "auto_score", "auto_max_score",
-           "manual_pending", "reason", "seconds"]
+           "manual_pending", "reason", "seconds", "raw_score", "late_penalty", "hours_late", "submitted_at", "due"]
 CANVAS_STUDENT_COLUMNS = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
 CANVAS_POINTS_ROW = "Points Possible"
 CANVAS_READ_ONLY = "(read only)"
@@ -55,6 +60,11 @@ def rows(results: list[SubmissionResult]) -> list[dict]:
             "auto_max_score": f"{sum(c.max_score for c in auto):g}" if r.cells else "",
             "manual_pending": _pending(r),
             "reason": r.reason, "seconds": f"{r.seconds:.1f}",
+            "raw_score": f"{r.raw_score:g}" if r.cells else "",
+            "late_penalty": f"{r.late_penalty:g}" if r.cells else "",
+            "hours_late": f"{r.hours_late:.2f}" if r.cells else "",
+            "submitted_at": r.submitted_at.isoformat() if r.submitted_at else "",
+            "due": r.due.isoformat() if r.due else "",
         })
     return out
 
@@ -80,7 +90,11 @@ def export_nbgrader_csv(course: Course, labs: list[str], path: Path | None = Non
     """Write nbgrader's own CSV export of ``labs`` (default ``exports/nbgrader.csv``); returns its path."""
     from nbgrader.plugins import CsvExportPlugin
 
+    from mlbook.lms.late import refresh_gradebook
+
     path = path or course.exports_dir / "nbgrader.csv"
+    for lab in labs:
+        refresh_gradebook(course, lab)
     with replacing(path) as tmp, gradebook(course) as gb:
         CsvExportPlugin(to=str(tmp), assignment=list(labs)).export(gb)
     return path
@@ -93,7 +107,12 @@ def canvas_status(r: SubmissionResult | None) -> str:
     if r.status == ERROR:
         return f"error: {r.reason or 'no reason recorded'}"
     pending = _pending(r)
-    return f"graded, {pending} written answer(s) to grade" if pending else "graded"
+    text = f"graded, {pending} written answer(s) to grade" if pending else "graded"
+    if r.late:
+        text += f", late {r.hours_late:.1f} h, raw {r.raw_score:g}, penalty {r.late_penalty:g}"
+        if r.extended:
+            text += " (after the extension)"
+    return text
 
 
 def canvas_table(course: Course, labs: list[str], canvas_ids: dict[str, str] | None = None) -> list[list[str]]:

@@ -2,7 +2,10 @@
 
 Graded submissions get nbgrader's own feedback (hidden tests cleared, tracebacks reduced to
 their message by the configured preprocessors). Submissions that failed as a whole get a page
-that says what happened and what to do, so nobody is left without feedback.
+that says what happened and what to do, so nobody is left without feedback. A late submission's
+page opens with a box saying when it was handed in, its due date (the extension's when the
+student has one), the hours late, the score before the penalty and the penalty; nbgrader's own
+score line below it already counts the penalty (the gradebook's is brought up to date first).
 """
 
 from __future__ import annotations
@@ -34,10 +37,37 @@ def write_error_page(path: Path, lab: str, student: str, reason: str) -> None:
                                           reason=html.escape(reason or "unknown error")))
 
 
+_LATE_BOX = """<div style="border-left:4px solid #e67e22;background:#fdf6ec;padding:0.6em 1.2em;margin:1em auto;
+max-width:60em;font-family:sans-serif" id="late-submission" data-hours-late="{hours:.2f}" data-raw="{raw:g}"
+data-penalty="{penalty:g}" data-score="{score:g}"><b>Late submission.</b> Handed in {submitted}, due {due}{extended}:
+{hours:.1f} hours late. Score before the penalty: {raw:g} / {max:g}; late penalty ({policy}): &minus;{penalty:g};
+score: {score:g} / {max:g}.</div>
+"""
+
+
+def _add_late_box(page: Path, result, policy: str) -> None:
+    """Put the late box at the top of nbgrader's feedback page."""
+    text = page.read_text(encoding="utf-8")
+    box = _LATE_BOX.format(hours=result.hours_late, raw=result.raw_score, penalty=result.late_penalty,
+                           score=result.score, max=result.max_score, policy=html.escape(policy),
+                           submitted=result.submitted_at.strftime("%Y-%m-%d %H:%M UTC"),
+                           due=result.due.strftime("%Y-%m-%d %H:%M UTC"),
+                           extended=" (your extension)" if result.extended else "")
+    head, sep, rest = text.partition("<body>")
+    write_atomic(page, head + sep + "\n" + box + rest if sep else box + text)
+
+
 def generate_feedback(course: Course, lab: str, students: list[str] | None = None) -> list[Path]:
     """Write feedback for ``students`` (default: every submission); returns the pages written."""
+    from mlbook.lms.late import refresh_gradebook
+    from mlbook.lms.schedule import load_schedule
+    from mlbook.outputs.results import collect
+
     students = students if students is not None else course.students(lab)
     store = StatusStore(course.status_file)
+    schedule = load_schedule(course)
+    refresh_gradebook(course, lab)
+    late = {r.student: r for r in collect(course, lab, students) if r.status == GRADED and r.late} if schedule else {}
     api, pages = None, []
     for student in students:
         attempt = store.get(lab, student)
@@ -47,6 +77,8 @@ def generate_feedback(course: Course, lab: str, students: list[str] | None = Non
             with in_course(course):
                 result = api.generate_feedback(lab, student, force=True)
             if result.get("success") and page.is_file():
+                if student in late:
+                    _add_late_box(page, late[student], schedule.late.describe())
                 pages.append(page)
                 continue
             reason = f"feedback could not be generated: {failure_reason(result)}"

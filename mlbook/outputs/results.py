@@ -6,10 +6,13 @@ Conventions:
 - A cell's message is the one-line error its test raised (``Misconception: ...``), read from
   the autograded notebook; an empty message means the cell passed.
 - Status comes from ``mlbook.grading.status``: graded, error (with its reason) or missing.
+- ``raw_score`` is the cells' sum; ``score`` is after the late penalty (``mlbook.lms.late``),
+  computed from the submission time nbgrader recorded and the course's schedule and extensions.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass, field
 
 from mlbook.course import Course
@@ -40,10 +43,27 @@ class SubmissionResult:
     seconds: float = 0.0
     cells: dict[str, CellResult] = field(default_factory=dict)
     warning: str = ""  # graded, but a TA should know (e.g. a renamed notebook)
+    submitted_at: dt.datetime | None = None  # nbgrader's timestamp (aware, UTC), when it has one
+    due: dt.datetime | None = None  # the student's due date (with an extension)
+    extended: bool = False
+    hours_late: float = 0.0
+    late_share: float = 0.0  # the share of the score the late policy takes (0..1)
+
+    @property
+    def raw_score(self) -> float:
+        return sum(c.score or 0.0 for c in self.cells.values())
+
+    @property
+    def late_penalty(self) -> float:
+        return round(self.raw_score * self.late_share, 6)
 
     @property
     def score(self) -> float:
-        return sum(c.score or 0.0 for c in self.cells.values())
+        return self.raw_score - self.late_penalty
+
+    @property
+    def late(self) -> bool:
+        return self.hours_late > 0
 
     @property
     def max_score(self) -> float:
@@ -69,8 +89,14 @@ def collect(course: Course, lab: str, students: list[str] | None = None) -> list
 
     from mlbook.nbgrader_env import gradebook
 
+    from mlbook.lms.extensions import read_extensions
+    from mlbook.lms.late import lateness, share
+    from mlbook.lms.schedule import from_gradebook, load_schedule
+
     students = students if students is not None else course.students(lab)
     store = StatusStore(course.status_file)
+    schedule = load_schedule(course)
+    extended = read_extensions(course).get(lab, {})
     results = []
     with gradebook(course) as gb:
         for student in students:
@@ -83,6 +109,10 @@ def collect(course: Course, lab: str, students: list[str] | None = None) -> list
                 except MissingEntry:
                     result.status, result.reason = MISSING, "no gradebook entry"
                 else:
+                    late = lateness(schedule, lab, from_gradebook(submission.timestamp), extended.get(student))
+                    result.submitted_at, result.due, result.extended = late.submitted_at, late.due, late.extended
+                    result.hours_late = late.hours_late
+                    result.late_share = share(schedule.late, late.seconds_late) if schedule else 0.0
                     messages = cell_messages(course, lab, student)
                     for notebook in submission.notebooks:
                         for grade in notebook.grades:

@@ -3,7 +3,7 @@
 TOTAL_POINTS = 40
 
 #: Visible test cells without a ``<cell>_hidden`` partner -> the hidden checks of the student's
-#: functions that computed the values they read (see mlbook.sandbox.plan).
+#: functions that computed the values they read (see mlbook.judge.plan).
 COVERED_BY = {
     # ticket_causal and bank_causal come from the student's scaled_dot_product_attention and causal_mask.
     "test_causal_tables": ("test_scaled_dot_product_attention_hidden", "test_causal_mask_hidden"),

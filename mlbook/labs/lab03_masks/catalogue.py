@@ -1,9 +1,9 @@
-"""Lab 3's misconception mutants and alternative correct solutions (see mlbook.catalogue).
+"""Lab 3's misconception mutants and alternative correct solutions (see mlbook.authoring.catalogue).
 
 Convention of the lab: a boolean mask is True where attention is allowed.
 """
 
-from mlbook.catalogue import Alternative, Mutant
+from mlbook.authoring.catalogue import Alternative, Mutant
 
 _CAUSAL_DOC = '''def causal_mask(T):
     """(1, 1, T, T) bool, True where attention is allowed."""

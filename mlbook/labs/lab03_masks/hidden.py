@@ -24,11 +24,11 @@ import torch
 
 from mlbook.labs._support import RemoteError, boolean, call_student, describe, diagnose, fresh_rng, number
 from mlbook_helpers.checks import Misconception
-from mlbook_probe.wire import WireError
+from mlbook_kernel.wire import WireError
 from mlbook.labs._support import fail as _fail
 from mlbook_helpers.masking import CAUSAL_LEAKS as _CAUSAL_LEAK_NAMES
 from mlbook_helpers.masking import D_MODEL, causal_layer_with_leak, library_attention, padding_layer_with_leak
-from mlbook.sandbox.remote import lend
+from mlbook.judge.remote import lend
 from mlbook_helpers.masking import PADDING_LEAKS as _PADDING_LEAK_NAMES
 
 __all__ = [

@@ -2,7 +2,7 @@
 
 TOTAL_POINTS = 43
 
-# Visible test cells and the hidden cells that must also pass (mlbook.sandbox.plan): each visible
+# Visible test cells and the hidden cells that must also pass (mlbook.judge.plan): each visible
 # cell is covered by the hidden checks of the functions it exercises.
 COVERED_BY = {
     # split_heads on labelled channels: check_heads.

@@ -1,6 +1,6 @@
-"""Lab 4's misconception mutants and alternative correct solutions (see mlbook.catalogue)."""
+"""Lab 4's misconception mutants and alternative correct solutions (see mlbook.authoring.catalogue)."""
 
-from mlbook.catalogue import Alternative, Mutant
+from mlbook.authoring.catalogue import Alternative, Mutant
 
 # ---------------------------------------------------------------------------------------------
 # reference cells, as text, so that each mutant changes one line of an otherwise correct answer

@@ -14,7 +14,7 @@ and on a mismatch names the known mistake whose result the student's output repr
 Messages quote the student's values only.
 
 Checks run in the grader; the student's functions and classes may live in a sandboxed kernel
-(``mlbook.sandbox.remote``), where only data can be sent. A module a check hands to student code
+(``mlbook.judge.remote``), where only data can be sent. A module a check hands to student code
 (the torch layer for ``load_from_torch``, the sublayers swapped into a ``TransformerBlock``) is
 therefore built twice from the same drawn weights: the grader's copy computes the reference,
 the kernel's copy (``helper``) is what the student's code receives.
@@ -32,7 +32,7 @@ from torch import nn
 from mlbook.labs._support import RemoteError, array, call_student, close, diagnose, fail, fresh_rng, helper, items, number
 from mlbook_helpers.checks import Misconception, describe
 from mlbook_helpers.transformer_block import TorchAttention
-from mlbook_probe.wire import Handle, WireError
+from mlbook_kernel.wire import Handle, WireError
 
 __all__ = [
     "check_heads",

@@ -1,6 +1,6 @@
-"""Lab 5's misconception mutants and alternative correct solutions (see mlbook.catalogue)."""
+"""Lab 5's misconception mutants and alternative correct solutions (see mlbook.authoring.catalogue)."""
 
-from mlbook.catalogue import Alternative, Mutant
+from mlbook.authoring.catalogue import Alternative, Mutant
 
 _ENTROPY_DEF = '''def attention_entropy(attn):
     """Mean attention entropy in nats per head, from (B, H, T_q, T_k) weights."""

@@ -30,7 +30,7 @@ import torch
 
 from mlbook_helpers.checks import Misconception, describe
 from mlbook_helpers.copy_task import CopyTask, TinyDecoder, copy_loss
-from mlbook_probe.wire import WireError
+from mlbook_kernel.wire import WireError
 
 from .._support import RemoteError, array, boolean, call_student, close, diagnose, fail, fresh_rng, helper
 

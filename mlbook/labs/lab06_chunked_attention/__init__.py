@@ -1,6 +1,6 @@
 """Lab 6: chunked attention and the online softmax (grader only).
 
-``COVERED_BY`` and ``NOT_REPLAYED`` are read by the grading sandbox (mlbook.sandbox.plan).
+``COVERED_BY`` and ``NOT_REPLAYED`` are read by the grading sandbox (mlbook.judge.plan).
 """
 
 TOTAL_POINTS = 29

@@ -1,6 +1,6 @@
-"""Lab 6's misconception mutants and alternative correct solutions (see mlbook.catalogue)."""
+"""Lab 6's misconception mutants and alternative correct solutions (see mlbook.authoring.catalogue)."""
 
-from mlbook.catalogue import Alternative, Mutant
+from mlbook.authoring.catalogue import Alternative, Mutant
 
 _UPDATE_DEF = '''def online_softmax_update(m, l, acc, scores_block, v_block):
     """Fold one block of keys into the running softmax state (m, l, acc)."""

@@ -77,10 +77,10 @@ import torch
 from mlbook.labs._support import (RemoteError, array, call_student, close, diagnose, fail, fresh_rng, helper,
                                   items, number)
 from mlbook.sandbox import procmem
-from mlbook.sandbox.remote import lend, session
+from mlbook.judge.remote import lend, session
 from mlbook_helpers.checks import Misconception, data_array, describe
 from mlbook_helpers.measure import format_bytes
-from mlbook_probe.wire import WireError
+from mlbook_kernel.wire import WireError
 
 __all__ = [
     "check_attention_matrix_bytes",

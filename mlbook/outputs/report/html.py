@@ -4,8 +4,9 @@ Conventions:
 - Every value shown comes from ``LabData`` and the diagnosis; every piece of text from a
   notebook, a student id or a failure message is escaped.
 - Tables carry their numbers as ``data-*`` attributes too: each row names its table in
-  ``data-row`` (summary, scores, pass-rate, misconception, unexplained, error, timing, written)
-  and its values in ``data-<key>``; a score cell carries ``data-score`` and ``data-max``. The
+  ``data-row`` (summary, scores, pass-rate, misconception, unexplained, error, timing, written,
+  late) and its values in ``data-<key>``; a score cell carries ``data-score`` and ``data-max``
+  (and, when late, ``data-raw``, ``data-penalty`` and ``data-hours-late``). The
   tests compare them with the gradebook without parsing prose.
 """
 
@@ -32,7 +33,8 @@ td.error{background:#fdf2f2;color:#c0392b;font-weight:600} td.missing{color:#888
 details{margin:0.5em 0} code{font-size:0.95em}
 """
 SECTIONS = [("summary", "Summary"), ("scores", "Scores"), ("test-cells", "Test cells"),
-            ("misconceptions", "Misconceptions"), ("errors", "Errored submissions"), ("flags", "Flagged"),
+            ("misconceptions", "Misconceptions"), ("errors", "Errored submissions"), ("late", "Late work"),
+            ("flags", "Flagged"),
             ("timing", "Grading time"), ("written", "Written answers")]
 
 
@@ -83,6 +85,11 @@ def _score_cell(lab: str, student: str, r: SubmissionResult | None) -> str:
     if r is None:
         return '<td class="missing">no submission</td>'
     data = f'data-lab="{escape(lab)}" data-student="{escape(student)}" data-status="{r.status}"'
+    if r.status == GRADED and r.late:
+        return (f'<td class="num" {data} data-score="{_num(r.score)}" data-max="{_num(r.max_score)}" '
+                f'data-raw="{_num(r.raw_score)}" data-penalty="{_num(r.late_penalty)}" '
+                f'data-hours-late="{r.hours_late:.2f}">{_num(r.score)} / {_num(r.max_score)} '
+                f'<span class="muted">(late {r.hours_late:.1f} h: {_num(r.raw_score)} - {_num(r.late_penalty)})</span></td>')
     if r.status == GRADED:
         return (f'<td class="num" {data} data-score="{_num(r.score)}" data-max="{_num(r.max_score)}">'
                 f'{_num(r.score)} / {_num(r.max_score)}</td>')
@@ -96,6 +103,24 @@ def score_table(labs: list[LabData]) -> str:
     rows = [_row("scores", {"student": s}, [_td(s)] + [_score_cell(d.lab, s, by_lab[d.lab].get(s)) for d in labs])
             for s in students]
     return _table(["student"] + [short(d.lab) for d in labs], rows)
+
+
+def late_table(labs: list[LabData]) -> str:
+    """Every graded submission handed in after its due date: when, how late, raw score, penalty."""
+    rows = []
+    for d in labs:
+        for r in sorted((r for r in d.graded if r.late), key=lambda r: -r.hours_late):
+            data = {"lab": d.lab, "student": r.student, "hours-late": f"{r.hours_late:.2f}", "raw": _num(r.raw_score),
+                    "penalty": _num(r.late_penalty), "score": _num(r.score), "extended": int(r.extended)}
+            rows.append(_row("late", data, [_td(short(d.lab)), _td(r.student),
+                                            _td(r.submitted_at.strftime("%Y-%m-%d %H:%M UTC") if r.submitted_at else "-"),
+                                            _td(r.due.strftime("%Y-%m-%d %H:%M UTC") + (" (extended)" if r.extended else "")
+                                                if r.due else "-"),
+                                            _td(f"{r.hours_late:.1f}", "num"), _td(_num(r.raw_score), "num"),
+                                            _td(_num(r.late_penalty), "num"), _td(_num(r.score), "num")]))
+    if not rows:
+        return '<p class="muted">No graded submission was late.</p>'
+    return _table(["lab", "student", "submitted", "due", "hours late", "raw score", "late penalty", "score"], rows)
 
 
 def pass_rate_table(labs: list[LabData]) -> str:
@@ -225,6 +250,10 @@ message the mutant is known to produce.</p>
 {findings_table(findings)}
 <h3>Failures no catalogue entry explains</h3>{unexplained_table(rest)}{not_attempted_list(diagnoses)}</section>
 <section id="errors"><h2>Submissions that could not be graded</h2>{errors_table(labs)}</section>
+<section id="late"><h2>Late work</h2>
+<p>Scores above are after the late penalty of the course's policy (<code>course.toml</code>); a student with an
+extension (<code>mlbook extend</code>) is late only after it.</p>
+{late_table(labs)}</section>
 <section id="flags"><h2>Flagged for a TA</h2>
 <p>Graded as usual, with something a TA should look at: a renamed notebook matched by its cells, or a library
 function the task forbids (scores are not changed for it; see the lab's rule).</p>

@@ -1,0 +1,25 @@
+"""Hand-in and hand-back through an LMS: the schedule, the roster, bulk downloads in, feedback out.
+
+The week of a TA, one module per step:
+
+    course.toml (schedule) --roster--> nbgrader's students --collect (bulk download zip)-->
+        submitted/<student>/<lab>/<lab>.ipynb + timestamp.txt --autograde--> gradebook
+        --late (penalties)--> grades, reports, feedback --handback--> the LMS's feedback zip
+
+Modules:
+- ``schedule``       ``course.toml``: each lab's release and due date (explicit time zone) and the
+                     late policy; the due dates written into nbgrader's gradebook;
+- ``extensions``     ``extensions.toml``: per-student extensions (``mlbook extend``);
+- ``late``           hours late and the penalty (one function, used by nbgrader's late-submission
+                     plugin at autograde and by every output that shows a score);
+- ``roster``         ``mlbook roster import``: Canvas, Moodle and plain CSV class lists into
+                     nbgrader's student table, LMS user ids kept;
+- ``zipread``        a hostile zip read safely: structure checked, sizes counted on the bytes
+                     actually decompressed, nothing extracted by its own name;
+- ``bulk_download``  the names Canvas, Moodle (or a configured pattern) give files in a bulk
+                     download, parsed into who, which attempt, which file;
+- ``collect``        ``mlbook collect``: a bulk download placed in nbgrader's layout, the latest
+                     attempt before the cutoff, unmatched files and missing students reported;
+- ``handback``       the zip each LMS's bulk feedback upload takes, keyed by the download's names;
+- ``downloads``      bulk downloads written as Canvas and Moodle write them (the demo, the tests).
+"""

@@ -1,0 +1,193 @@
+"""``mlbook roster import FILE``: an LMS class list into nbgrader's student table.
+
+The layout is recognised from the header row (UTF-8, a byte-order mark allowed; comma,
+semicolon or tab separated). Columns read, and where each goes in nbgrader's ``Student``:
+
+| layout | recognised by | id | first_name, last_name | email | lms_user_id |
+|---|---|---|---|---|---|
+| Canvas gradebook export (Grades > Export) | ``Student``, ``ID``, ``SIS User ID`` | ``SIS User ID``, else ``SIS Login ID``, else ``canvas-<ID>`` | ``Student`` (Canvas's sortable name ``Last, First``) | ``SIS Login ID`` when it is an address | ``ID`` (Canvas's user id, which names files in its bulk download) |
+| Moodle grade or participants export | ``First name`` and ``Last name`` (or ``Surname``) and ``Email address`` | ``Username``, else ``ID number``, else the address's local part | ``First name``, ``Last name`` | ``Email address`` | ``ID number`` (blank when absent) |
+| plain | ``id,first,last,email,lms_id`` | ``id`` | ``first``, ``last`` | ``email`` | ``lms_id`` |
+
+Canvas's ``Points Possible`` row and its ``Test Student`` are skipped; so are blank rows. A row
+that cannot be read (too few cells, no usable id, an id ``student_id_problem`` refuses, an id or
+LMS id twice in the file, an LMS id that already belongs to another student in the gradebook)
+is reported with its line number and the rest are imported. Importing again updates each
+student in place (matched by id): never a duplicate.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mlbook.course import Course, student_id_problem
+from mlbook.errors import MlbookError
+
+CANVAS, MOODLE, PLAIN = "canvas", "moodle", "plain"
+PLAIN_COLUMNS = ["id", "first", "last", "email", "lms_id"]
+
+
+@dataclass(frozen=True)
+class RosterEntry:
+    line: int
+    id: str
+    first_name: str
+    last_name: str
+    email: str
+    lms_user_id: str
+
+    @property
+    def full_name(self) -> str:
+        return " ".join(p for p in (self.first_name, self.last_name) if p)
+
+
+@dataclass
+class ParsedRoster:
+    layout: str
+    entries: list[RosterEntry] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ImportReport:
+    layout: str
+    added: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+def parse_roster(text: str, shown: str = "roster") -> ParsedRoster:
+    """Read a class list; problems name ``shown`` and the line."""
+    text = text.lstrip("\ufeff")
+    first = text.splitlines()[0] if text.strip() else ""
+    delimiter = max(",;\t", key=first.count) if first else ","
+    rows = list(csv.reader(io.StringIO(text, newline=""), delimiter=delimiter))
+    if not rows:
+        raise MlbookError(f"{shown} is empty")
+    header = [h.strip() for h in rows[0]]
+    layout = _layout(header)
+    if layout is None:
+        raise MlbookError(f"{shown}, line 1: the header {', '.join(header[:6])!r} is neither Canvas's (Student, ID, "
+                          f"SIS User ID, ...), Moodle's (First name, Last name, Email address, ...) nor "
+                          f"{','.join(PLAIN_COLUMNS)}")
+    column = {name: i for i, name in reversed(list(enumerate(header)))}
+    parsed = ParsedRoster(layout)
+    seen_ids: dict[str, int] = {}
+    seen_lms: dict[str, int] = {}
+    for number, row in enumerate(rows[1:], start=2):
+        if not any(cell.strip() for cell in row):
+            continue
+
+        def get(name: str) -> str:
+            i = column.get(name)
+            return row[i].strip() if i is not None and i < len(row) else ""
+
+        where = f"{shown}, line {number}"
+        if len(row) < min(len(header), 4 if layout != PLAIN else len(PLAIN_COLUMNS)):
+            parsed.problems.append(f"{where}: {len(row)} cell(s) where the header has {len(header)}; row skipped")
+            continue
+        try:
+            entry = _entry(layout, get, number)
+        except ValueError as exc:
+            parsed.problems.append(f"{where}: {exc}; row skipped")
+            continue
+        if entry is None:
+            continue
+        if problem := student_id_problem(entry.id):
+            parsed.problems.append(f"{where}: {problem}; row skipped")
+            continue
+        if entry.id in seen_ids:
+            parsed.problems.append(f"{where}: student id {entry.id!r} is already on line {seen_ids[entry.id]}; row skipped")
+            continue
+        if entry.lms_user_id and entry.lms_user_id in seen_lms:
+            parsed.problems.append(f"{where}: LMS user id {entry.lms_user_id!r} is already on line "
+                                   f"{seen_lms[entry.lms_user_id]}; row skipped")
+            continue
+        seen_ids[entry.id] = number
+        if entry.lms_user_id:
+            seen_lms[entry.lms_user_id] = number
+        parsed.entries.append(entry)
+    return parsed
+
+
+def _layout(header: list[str]) -> str | None:
+    names = set(header)
+    if header[: len(PLAIN_COLUMNS)] == PLAIN_COLUMNS:
+        return PLAIN
+    if {"Student", "ID"} <= names and ({"SIS User ID", "SIS Login ID"} & names):
+        return CANVAS
+    if {"First name", "Email address"} <= names and ({"Last name", "Surname"} & names):
+        return MOODLE
+    return None
+
+
+def _entry(layout: str, get, number: int) -> RosterEntry | None:
+    if layout == PLAIN:
+        if not get("id"):
+            raise ValueError("no id")
+        return RosterEntry(number, get("id"), get("first"), get("last"), get("email"), get("lms_id"))
+    if layout == CANVAS:
+        name = get("Student")
+        if name.strip() in ("Points Possible", "Student, Test", "Test Student"):
+            return None
+        canvas_id = get("ID")
+        if canvas_id and not canvas_id.isdigit():
+            raise ValueError(f"Canvas's ID {canvas_id!r} is not a number")
+        student = get("SIS User ID") or get("SIS Login ID") or (f"canvas-{canvas_id}" if canvas_id else "")
+        if not student:
+            raise ValueError("no SIS User ID, SIS Login ID or ID")
+        last, _, first = name.partition(",")
+        login = get("SIS Login ID")
+        return RosterEntry(number, student, first.strip(), last.strip(), login if "@" in login else "", canvas_id)
+    email = get("Email address")
+    student = get("Username") or get("ID number") or email.partition("@")[0]
+    if not student:
+        raise ValueError("no Username, ID number or Email address")
+    return RosterEntry(number, student, get("First name"), get("Last name") or get("Surname"), email, get("ID number"))
+
+
+def import_roster(course: Course, path: Path) -> ImportReport:
+    """Read ``path`` and add or update every readable row in nbgrader's student table."""
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise MlbookError(f"{path}: not UTF-8 text (byte {exc.start}); export the class list as UTF-8 CSV") from None
+    except OSError as exc:
+        raise MlbookError(f"cannot read {path}: {exc.strerror or exc}") from None
+    parsed = parse_roster(text, path.name)
+    report = ImportReport(parsed.layout, problems=list(parsed.problems))
+    from mlbook.nbgrader_env import gradebook
+
+    with gradebook(course) as gb:
+        existing = {s.id: s for s in gb.students}
+        by_lms = {s.lms_user_id: s.id for s in existing.values() if s.lms_user_id}
+        for entry in parsed.entries:
+            owner = by_lms.get(entry.lms_user_id) if entry.lms_user_id else None
+            if owner and owner != entry.id:
+                report.problems.append(f"{path.name}, line {entry.line}: LMS user id {entry.lms_user_id!r} already "
+                                       f"belongs to student {owner!r} in the gradebook; row skipped")
+                continue
+            wanted = {"first_name": entry.first_name or None, "last_name": entry.last_name or None,
+                      "email": entry.email or None, "lms_user_id": entry.lms_user_id or None}
+            old = existing.get(entry.id)
+            if old is not None and all(getattr(old, k) == v for k, v in wanted.items()):
+                report.unchanged.append(entry.id)
+                continue
+            gb.update_or_create_student(entry.id, **wanted)
+            (report.updated if old is not None else report.added).append(entry.id)
+            if entry.lms_user_id:
+                by_lms[entry.lms_user_id] = entry.id
+    return report
+
+
+def roster(course: Course) -> list[RosterEntry]:
+    """nbgrader's student table as roster entries (line 0: from the gradebook)."""
+    from mlbook.nbgrader_env import gradebook
+
+    with gradebook(course) as gb:
+        return [RosterEntry(0, s.id, s.first_name or "", s.last_name or "", s.email or "", s.lms_user_id or "")
+                for s in gb.students]
