@@ -19,7 +19,14 @@
 # 2. compute scores with and without the scale, and watch what a larger spread does to a softmax;
 # 3. measure how many keys a row really uses (entropy and *effective keys*), scaled and unscaled;
 # 4. repeat the chapter's exercise on 512 tokens, and see why d_k would be the wrong divisor;
-# 5. write the softmax Jacobian and measure how much gradient reaches the scores.
+# 5. write the softmax Jacobian and measure how much gradient reaches the scores;
+# 6. learn the temperature instead of fixing it, and watch it run away;
+# 7. replace the fixed scale by QK-norm, and measure what each does when the weights grow;
+# 8. (extension) read attention as Nadaraya–Watson kernel regression, the scale as a bandwidth.
+#
+# **Time.** About 2 to 2.5 hours: an hour for sections 1–5, 30 minutes for sections 6–8, 45
+# minutes for the temperature and QK-norm (sections 9–10). The extension at the end takes about
+# 20 minutes more and carries 3 of the lab's points: skip it if you are short of time.
 #
 # **Conventions used throughout.** `Q` is (..., T_q, d_k) and `K` is (..., T_k, d_k), one token
 # per row. Scores are (..., T_q, T_k): rows are queries, columns are keys, and every softmax runs
@@ -535,7 +542,184 @@ print(f"sqrt(2 ln T)     = {bound / math.sqrt(d_k):.2f};   the same after scalin
 # A top score of about 24–28 against a typical score of 0 gives that key a weight e^25 times
 # larger than an average key: the row is one-hot. A top score of about 3–3.5 gives e^3.5 ≈ 33 times
 # an average key, spread over 512 keys: peaked, but far from saturated.
+
+# %% [markdown]
+# ## 9. A learned temperature
 #
+# The divisor √d_k is a **temperature** fixed before training. Some models learn it instead: the
+# scores become q · k / (τ √d_k) with a learned τ > 0 (one per head, say). A τ below 1 sharpens
+# every row, above 1 flattens it. τ is learned through its logarithm, u = log τ, so it stays
+# positive and a step changes it by a factor rather than by an amount.
+#
+# How does the loss reach u? With S₀ = QKᵀ/√d_k, the scores are S = S₀ e^(−u), so ∂S/∂u = −S.
+# The gradient that reaches the scores, dS (section 7's Jacobian applied row by row), gives
+# ∂L/∂u = −Σ dS ⊙ S, summed over every score of every row. Autograd does this for you.
+#
+# Write `learn_temperature`: starting from u = 0 (τ = 1, the fixed scale), take `steps` steps
+# of plain gradient descent u ← u − lr · ∂L/∂u on the loss L = mean over all entries of
+# (softmax(S₀ / τ) V − Y)², and return τ = e^u as a float. Use torch autograd (make u a 0-d float64
+# tensor with `requires_grad=True`) or write the gradient above in NumPy.
+
+# %% nbgrader={"grade_id": "temperature_data", "locked": true}
+import torch
+
+rng = np.random.default_rng(7)
+Q_t = rng.standard_normal((16, 8, 16))  # (B, T, d_k): 16 sequences of 8 tokens
+K_t = rng.standard_normal((16, 8, 16))  # (B, T, d_k)
+V_t = rng.standard_normal((16, 8, 4))  # (B, T, d_v)
+S0_t = Q_t @ K_t.swapaxes(-2, -1) / math.sqrt(16)  # (B, T, T): the usual scaled scores
+Y_sharp = softmax(S0_t / 0.5, axis=-1) @ V_t  # (B, T, d_v): outputs of a head with tau = 0.5
+Y_soft = softmax(S0_t / 2.0, axis=-1) @ V_t  # (B, T, d_v): outputs of a head with tau = 2
+
+# %% nbgrader={"grade_id": "learn_temperature", "solution": true}
+def learn_temperature(Q, K, V, Y, steps=200, lr=1.0):
+    """Learn one temperature tau by gradient descent on u = log tau, from tau = 1.
+
+    Args:
+        Q: (..., T_q, d_k) queries; K: (..., T_k, d_k) keys; V: (..., T_k, d_v) values.
+        Y: (..., T_q, d_v) target outputs.
+        steps: number of gradient steps.
+        lr: step size on u = log tau.
+
+    Returns:
+        float: tau after `steps` steps of u <- u - lr * dL/du, where
+        L = mean((softmax(Q K^T / (tau sqrt(d_k))) V - Y) ** 2).
+    """
+    ### BEGIN SOLUTION
+    q, k, v, y = (torch.as_tensor(np.asarray(a), dtype=torch.float64) for a in (Q, K, V, Y))
+    s0 = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., T_q, T_k)
+    u = torch.zeros((), dtype=torch.float64, requires_grad=True)  # (): log tau, tau = 1 at the start
+    for _ in range(steps):
+        out = torch.softmax(s0 / torch.exp(u), dim=-1) @ v  # (..., T_q, d_v)
+        loss = ((out - y) ** 2).mean()  # ()
+        (grad,) = torch.autograd.grad(loss, u)  # ()
+        with torch.no_grad():
+            u -= lr * grad  # a step downhill on log tau
+    return float(torch.exp(u.detach()))
+    ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_learn_temperature", "points": 2}
+expect_close(learn_temperature(Q_t, K_t, V_t, Y_sharp, steps=1), 0.8784, "tau after one step from tau = 1",
+             atol=1e-4, hint="0.8703 means the step was taken on tau itself, not on u = log tau; 1.1385 means the "
+                             "step went uphill (u + lr * gradient) or tau multiplied the scores; 1.1335 means "
+                             "sqrt(d_k) was left out of the scores. The loss is the MEAN squared error.")
+expect_close(learn_temperature(Q_t, K_t, V_t, Y_sharp), 0.5, "learn_temperature on outputs made with tau = 0.5",
+             atol=1e-3, hint="2.0 means sqrt(d_k) was left out of the scores (tau absorbed it: 0.5 x 4) or tau "
+                             "multiplied the scores instead of dividing them.")
+expect_close(learn_temperature(Q_t, K_t, V_t, Y_soft), 2.0, "learn_temperature on outputs made with tau = 2",
+             atol=1e-3, hint="0.5 would be the inverse: the scores are divided by tau, so tau > 1 flattens the rows.")
+
+# %% nbgrader={"grade": true, "grade_id": "test_learn_temperature_hidden", "points": 2}
+# Hidden tests: fresh batches with T_q != T_k, other d_k and temperatures, a few steps and many.
+### BEGIN HIDDEN TESTS
+from mlbook.labs.lab02_scaling import hidden
+hidden.check_learn_temperature(learn_temperature)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# On outputs made by a head with τ = 0.5 or τ = 2, the learned τ finds that value: a learned
+# temperature can fit the sharpness a task needs. Now give it a task whose best answer is a
+# **one-hot** row: every query should return the value of its single best-matching key. No
+# finite τ is optimal, so watch what gradient descent does with τ, and with the rows.
+
+# %% nbgrader={"grade_id": "temperature_runaway", "locked": true}
+best = (Q_t @ K_t.swapaxes(-2, -1)).argmax(axis=-1)  # (B, T): each query's best-matching key
+Y_hard = np.take_along_axis(V_t, best[..., None].repeat(4, axis=-1), axis=-2)  # (B, T, d_v): that key's value
+for steps in (25, 100, 400):
+    tau = learn_temperature(Q_t, K_t, V_t, Y_hard, steps=steps)
+    keys = np.asarray(effective_keys(softmax(S0_t / tau, axis=-1))).mean()  # mean over the B * T rows
+    print(f"after {steps:3d} steps: tau = {tau:.4f}, mean effective keys {keys:.2f} of 8")
+
+# %% [markdown]
+# τ falls steadily (about 0.06 after 25 steps, 0.004 after 400) and never settles, and the rows
+# go one-hot (1.02 keys of 8). This is the risk the chapter names: when peaked attention lowers
+# the loss, an optimiser that controls the temperature drives it toward saturation, and section 7
+# showed that saturated rows pass almost no gradient to the scores. A learned temperature, like weights that grow during training, can
+# undo at step 10,000 what √d_k did at step 0.
+#
+# ## 10. QK-norm: bounding the scores instead of scaling them
+#
+# The √d_k fixes the spread of the scores only while |q| and |k| keep their size at
+# initialisation. If training makes W_Q and W_K c times larger, every score grows c² times. **QK
+# normalisation** removes that path: normalise each query and each key to unit length, then
+# multiply by a gain g (fixed or learned):
+#
+# s_ij = g · (qᵢ / |qᵢ|) · (kⱼ / |kⱼ|) = g · cos(qᵢ, kⱼ),   so |s_ij| ≤ g whatever the weights do.
+#
+# At initialisation |q| ≈ |k| ≈ √d_k, so g = √d_k gives the same scores as q · k / √d_k; after
+# that the scores no longer depend on the norms, only on directions. (Models that use QK-norm
+# usually normalise with a LayerNorm or RMSNorm per head, which also fixes |q| at about √d_k;
+# the cosine form here is that idea at its simplest.)
+#
+# Write `qk_norm_scores`. Normalise each vector, that is, over its d_k components (the last
+# axis), not over the tokens. It must work for (T, d_k) and batched (..., T, d_k) inputs.
+
+# %% nbgrader={"grade_id": "qk_norm_scores", "solution": true}
+def qk_norm_scores(Q, K, gain):
+    """Scores of unit-length queries and keys, times a gain.
+
+    Args:
+        Q: (..., T_q, d_k) queries; K: (..., T_k, d_k) keys; no row is all zeros.
+        gain: the number g that multiplies every cosine.
+
+    Returns:
+        (..., T_q, T_k) scores g * cos(q_i, k_j), each in [-g, g].
+    """
+    ### BEGIN SOLUTION
+    Q_unit = Q / np.linalg.norm(Q, axis=-1, keepdims=True)  # (..., T_q, d_k): every query of length 1
+    K_unit = K / np.linalg.norm(K, axis=-1, keepdims=True)  # (..., T_k, d_k): every key of length 1
+    return gain * (Q_unit @ K_unit.swapaxes(-2, -1))  # (..., T_q, T_k)
+    ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_qk_norm_scores", "points": 2}
+grown = as_array(qk_norm_scores(10 * Q_ticket, 3 * K_ticket, 1.0))  # (3, 3)
+expect_close(grown, as_array(qk_norm_scores(Q_ticket, K_ticket, 1.0)), "scores of 10 Q against 3 K",
+             hint="Scaling the queries or keys must not change QK-norm scores: normalise both Q and K, each "
+                  "row by its own length (axis=-1).")
+cos0 = as_array(qk_norm_scores(Q_ticket, K_ticket, 1.0))[0]  # (3,): token 0 against the three keys
+expect_close(cos0, [1.0, 0.7071, 0.0], "cosines of token 0 (gain 1)", atol=1e-4,
+             hint="q0 = (1, 0) against keys (1, 0), (1, 1), (0, 1): cosines 1, 0.707, 0. (0.707, 0.5, 0) means the "
+                  "cosines were divided by sqrt(d_k) as well: the gain replaces the scale. (0.5, 0.5, 0) means each "
+                  "component was normalised across the tokens (axis 0), not each vector over its d_k components.")
+batch_qk = as_array(qk_norm_scores(np.ones((2, 5, 4)), np.ones((2, 7, 4)), 3.0))
+expect_shape(batch_qk, (2, 5, 7), "qk_norm_scores of a (2, 5, 4) batch against (2, 7, 4) keys",
+             "Swap only the last two axes of the normalised keys.")
+expect_close(batch_qk.max(), 3.0, "the largest score of identical directions, gain 3",
+             hint="Identical directions have cosine 1, so the score is the gain itself.")
+
+# %% nbgrader={"grade": true, "grade_id": "test_qk_norm_scores_hidden", "points": 2}
+# Hidden tests: batched and single sequences, T_q != T_k, another d_k, rows of very different lengths.
+### BEGIN HIDDEN TESTS
+from mlbook.labs.lab02_scaling import hidden
+hidden.check_qk_norm_scores(qk_norm_scores)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# Now the measurement: the same random queries and keys (d_k = 64, 8 tokens, 40 draws), with
+# W_Q and W_K grown by a factor c, so that q and k are c times longer. The fixed scale divides
+# by √d_k; QK-norm uses the gain g = √d_k = 8, its value at initialisation.
+
+# %% nbgrader={"grade_id": "qk_norm_growth", "locked": true}
+rng = np.random.default_rng(11)
+Q_g, K_g = rng.standard_normal((2, 40, 8, 64))  # each (40, 8, 64)
+growth = [1, 2, 4, 8]
+keys_fixed, keys_qknorm = [], []
+for c in growth:
+    keys_fixed.append(float(np.mean(effective_keys(softmax(as_array(attention_scores(c * Q_g, c * K_g)), axis=-1)))))
+    keys_qknorm.append(float(np.mean(effective_keys(softmax(as_array(qk_norm_scores(c * Q_g, c * K_g, 8.0)), axis=-1)))))
+    print(f"c = {c}: effective keys of 8, fixed scale {keys_fixed[-1]:.2f}, QK-norm {keys_qknorm[-1]:.2f}")
+curves(growth, {"q.k / sqrt(d_k)": keys_fixed, "QK-norm, gain 8": keys_qknorm}, xlabel="growth c of |q| and |k|",
+       ylabel="effective keys (of 8)", logx=True, title="Scores that grow with the weights, and scores that cannot")
+plt.show()
+
+# %% [markdown]
+# At c = 1 the two agree (about 5.7 keys): the gain √d_k reproduces the fixed scale at
+# initialisation. As the weights grow, the fixed-scale rows collapse (2.1 keys at c = 2, 1.2 at c = 4)
+# while QK-norm rows do not move: their sharpness is set by the gain alone, which is bounded and
+# can be learned as a temperature. That is why QK-norm is used as a rescue against entropy
+# collapse (lab 5 trains with it); the √d_k only protects the start of training.
+
+# %% [markdown]
 # ## Summary
 #
 # * q · k of unit-variance components has variance d_k; you measured √d_k from 1.4 to 16.
@@ -544,3 +728,118 @@ print(f"sqrt(2 ln T)     = {bound / math.sqrt(d_k):.2f};   the same after scalin
 # * No scale: rows collapse to one key and the softmax Jacobian, diag(a) − aaᵀ, goes to zero.
 # * Dividing by d_k: rows drift to uniform. The scale fixes the start of training only; keeping
 #   scores in range later is the job of warmup, QK-normalisation or weight decay.
+# * A learned temperature fits the sharpness a task needs, and runs away toward one-hot rows
+#   when the task rewards them.
+# * QK-norm bounds every score by its gain: with g = √d_k it equals the fixed scale at
+#   initialisation, and it stays put when the weights grow.
+
+# %% [markdown]
+# ## Extension: attention is kernel regression (about 20 minutes, 3 points)
+#
+# Optional if you are short of time; graded like the rest. Before transformers, a classic way
+# to predict y at a new point x from examples (xⱼ, yⱼ) was the **Nadaraya–Watson** estimator: a
+# weighted average of the examples' y, weighted by a kernel κ that is large when x is close to xⱼ,
+#
+# ŷ(x) = Σⱼ κ(x, xⱼ) yⱼ / Σⱼ κ(x, xⱼ).
+#
+# Read x as a query, the xⱼ as keys and the yⱼ as values: with κ(q, k) = exp(q · k / √d_k) this
+# *is* one row of attention, softmax(q Kᵀ / √d_k) V. Attention is kernel regression whose kernel
+# is learned (through W_Q and W_K) and whose examples are the current sequence; the
+# normalisation is why an output always stays in the convex hull of the values (lab 1).
+#
+# The classic kernel is the Gaussian κ(x, xⱼ) = exp(−|x − xⱼ|² / (2h²)), with a **bandwidth** h.
+# Expanding the square, −|x − xⱼ|²/(2h²) = x · xⱼ / h² − |xⱼ|²/(2h²) − |x|²/(2h²): a dot-product
+# score divided by h², a bias per key, and a term per query that the normalisation cancels.
+# So the bandwidth plays the part of the temperature: a small h makes sharp rows, a large h
+# uniform ones.
+#
+# Write `nadaraya_watson` with the Gaussian kernel. Compute the weights as a softmax of the
+# scores −|x − xⱼ|²/(2h²) over the examples: exponentiating the kernel directly gives 0 / 0 for
+# a small bandwidth.
+
+# %% nbgrader={"grade_id": "nadaraya_watson", "solution": true}
+def nadaraya_watson(x_query, x_train, y_train, bandwidth):
+    """Nadaraya-Watson regression with a Gaussian kernel.
+
+    Args:
+        x_query: (T_q, d) points to predict at.
+        x_train: (T_k, d) example inputs.
+        y_train: (T_k, d_v) example outputs.
+        bandwidth: h > 0.
+
+    Returns:
+        (T_q, d_v) predictions: kernel-weighted averages of the rows of y_train.
+    """
+    ### BEGIN SOLUTION
+    sq_dist = ((x_query[:, None, :] - x_train[None, :, :]) ** 2).sum(axis=-1)  # (T_q, T_k)
+    weights = softmax(-sq_dist / (2 * bandwidth**2), axis=-1)  # (T_q, T_k): each row sums to 1 over the examples
+    return weights @ y_train  # (T_q, d_v)
+    ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_nadaraya_watson", "points": 1}
+x_ex = np.array([[0.0], [1.0], [2.0]])  # (3, 1): three examples on a line
+y_ex = np.array([[0.0], [1.0], [4.0]])  # (3, 1)
+nw = as_array(nadaraya_watson(np.array([[1.0]]), x_ex, y_ex, 1.0))  # (1, 1)
+expect_close(nw, [[1.5481]], "the prediction at x = 1 with h = 1", atol=1e-4,
+             hint="Weights exp(-1/2), 1, exp(-1/2), normalised: 0.274, 0.452, 0.274. 3.426 means the weights "
+                  "were not normalised (a sum, not an average); 5.0 means they were normalised over the query "
+                  "points (axis 0) instead of over the examples.")
+nw_half = as_array(nadaraya_watson(np.array([[1.0]]), x_ex, y_ex, 0.5))  # (1, 1)
+expect_close(nw_half, [[1.2130]], "the prediction at x = 1 with h = 0.5", atol=1e-4,
+             hint="Scores -|x - x_j|^2 / (2 h^2) = (-2, 0, -2) at h = 0.5; 1.4239 means the bandwidth was not "
+                  "squared (exp(-d^2 / (2h)) agrees with the Gaussian only at h = 1).")
+tiny = as_array(nadaraya_watson(np.array([[0.4]]), x_ex, y_ex, 0.01))  # (1, 1)
+expect_close(tiny, [[0.0]], "the prediction at x = 0.4 with h = 0.01", atol=1e-6,
+             hint="With a tiny bandwidth the nearest example takes all the weight; nan means exp underflowed to 0 / 0: "
+                  "take a softmax of the scores instead of exponentiating the kernel.")
+
+# %% nbgrader={"grade": true, "grade_id": "test_nadaraya_watson_hidden", "points": 2}
+# Hidden tests: fresh points in several dimensions, T_q != T_k, several bandwidths, a very small one.
+### BEGIN HIDDEN TESTS
+from mlbook.labs.lab02_scaling import hidden
+hidden.check_nadaraya_watson(nadaraya_watson)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# Two measurements. First, the identity: attention with the kernel exp(q · k / √d_k) written as a
+# kernel average, and a Gaussian-kernel estimate written as attention (dot-product scores over h²
+# plus a bias per key).
+
+# %% nbgrader={"grade_id": "kernel_identity", "locked": true}
+rng = np.random.default_rng(5)
+q_nw, K_nw, V_nw = rng.standard_normal((4, 16)), rng.standard_normal((9, 16)), rng.standard_normal((9, 3))
+kernel = np.exp(q_nw @ K_nw.T / math.sqrt(16))  # (4, 9): kappa(q_i, k_j)
+kernel_average = kernel @ V_nw / kernel.sum(axis=-1, keepdims=True)  # (4, 3)
+attention_rows = softmax(as_array(attention_scores(q_nw, K_nw)), axis=-1) @ V_nw  # (4, 3)
+print(f"exp(q.k / sqrt(d_k)) kernel average vs attention: largest difference {np.abs(kernel_average - attention_rows).max():.1e}")
+h = 2.0
+as_attention = softmax(q_nw @ K_nw.T / h**2 - (K_nw**2).sum(axis=-1) / (2 * h**2), axis=-1) @ V_nw  # (4, 3)
+print(f"Gaussian kernel (h = 2) vs dot-product attention with a key bias: "
+      f"largest difference {np.abs(as_attention - as_array(nadaraya_watson(q_nw, K_nw, V_nw, h))).max():.1e}")
+
+# %% [markdown]
+# Second, the bandwidth at work on a one-dimensional regression: 40 noisy examples of
+# y = sin(2πx), and the error of the prediction at 200 new points, for bandwidths from far too
+# small to far too large.
+
+# %% nbgrader={"grade_id": "bandwidth_sweep", "locked": true}
+rng = np.random.default_rng(3)
+x_train1 = rng.uniform(0, 1, size=(40, 1))  # (40, 1)
+y_train1 = np.sin(2 * np.pi * x_train1) + 0.3 * rng.standard_normal((40, 1))  # (40, 1): noise SD 0.3
+x_test1 = np.linspace(0, 1, 200)[:, None]  # (200, 1)
+y_test1 = np.sin(2 * np.pi * x_test1)  # (200, 1): the noise-free curve
+bandwidths = [0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5]
+errors = [float(np.mean((as_array(nadaraya_watson(x_test1, x_train1, y_train1, h)) - y_test1) ** 2)) for h in bandwidths]
+for h, err in zip(bandwidths, errors):
+    print(f"h = {h:5.3f}: mean squared error {err:.3f}")
+curves(bandwidths, {"test error": errors}, xlabel="bandwidth h", ylabel="mean squared error", logx=True,
+       title="Too sharp copies the noise, too flat averages everything")
+plt.show()
+
+# %% [markdown]
+# Both ends fail, as with attention rows: a bandwidth that is too small copies the nearest
+# noisy example (a one-hot row), one that is too large returns nearly the mean of all examples
+# (a uniform row, like dividing the scores by d_k), and the error is smallest in between. The
+# √d_k, a learned temperature and a QK-norm gain are three ways of setting that bandwidth for
+# attention.
+

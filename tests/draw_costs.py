@@ -8,12 +8,17 @@ runs it: a cell not listed costs under 2 ms a draw and gets every draw.
 COSTS: dict[str, dict[str, float]] = {
     "lab01_hand_attention": {
         "test_token_importance_hidden": 0.045,
+        "test_gradient_x_input": 0.004,
+        "test_gradient_x_input_hidden": 0.018,
+        "test_spearman_hidden": 0.003,
     },
     "lab02_scaling": {
         "test_dot_product_std": 0.055,
         "test_dot_product_std_hidden": 0.158,
         "test_mean_effective_keys": 0.002,
         "test_mean_effective_keys_hidden": 0.565,
+        "test_learn_temperature": 0.237,
+        "test_learn_temperature_hidden": 0.101,
     },
     "lab03_masks": {
         "test_scaled_dot_product_attention_hidden": 0.021,

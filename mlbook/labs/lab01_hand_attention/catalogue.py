@@ -1,4 +1,4 @@
-"""Lab 1's misconception mutants and alternative correct solutions (see mlbook.authoring.catalogue)."""
+"""Lab 1's misconception mutants and alternative correct solutions (see mlbook.catalogue)."""
 
 from ..kit import Alternative, Mutant, patch
 
@@ -49,6 +49,42 @@ output_0 = [1.0, 1.0]
            must_fail=("test_token_importance", "test_token_importance_hidden"),
            message=r"attention weights|not the attention"),
 ]
+
+def _caught_by_its_tests(cell: str, test: str, rows: list[tuple]) -> list[Mutant]:
+    """Mutants of one answer cell that its visible test and its hidden partner must both catch.
+
+    Args:
+        rows: (name, misconception, the edit of the reference answer, what the messages must match).
+    """
+    return [Mutant(name=name, misconception=idea, cells={cell: edit}, must_fail=(test, f"{test}_hidden"), message=regex)
+            for name, idea, edit, regex in rows]
+
+
+# 7b: gradient x input, one line of the reference changed per misconception.
+MUTANTS += _caught_by_its_tests("gradient_x_input", "test_gradient_x_input", [
+    ("gxi-of-probability", "gradient x input taken of the probability (after the sigmoid) instead of the logit",
+     patch("logit = refund_logit(classifier, x)  # (): before the sigmoid",
+           "logit = torch.sigmoid(refund_logit(classifier, x))  # (): the probability"), r"gradient of the probability"),
+    ("gxi-gradient-only", "the gradient alone (a saliency), not multiplied by the input",
+     patch("(grad * x).sum(dim=-1)", "grad.sum(dim=-1)"), r"multiply it by the input|x_i \. grad_i"),
+    ("gxi-norm", "the norm of x_i * grad_i, which loses the sign of the attribution",
+     patch("(grad * x).sum(dim=-1)", "(grad * x).norm(dim=-1)"), r"norm"),
+])
+
+# 7c: Spearman's rank correlation: the three classic ways of getting ranks wrong.
+MUTANTS += _caught_by_its_tests("spearman", "test_spearman", [
+    ("spearman-of-values", "Pearson correlation of the values instead of their ranks",
+     patch("ranks(a) - (len(a) + 1) / 2, ranks(b) - (len(b) + 1) / 2",
+           "np.asarray(a, dtype=float) - np.mean(a), np.asarray(b, dtype=float) - np.mean(b)"),
+     r"Pearson correlation of the values"),
+    ("spearman-ties-ordinal", "tied values ranked by position instead of sharing their average rank",
+     patch("            r[tied] = r[tied].mean()  # tied values share their average rank\n", ""),
+     r"tied values got different ranks"),
+    ("spearman-argsort-once", "np.argsort's output (the order) taken as the ranks",
+     patch('r[np.argsort(x, kind="stable")] = np.arange(1, len(x) + 1)', 'r[:] = np.argsort(x, kind="stable") + 1'),
+     r"not the ranks"),
+])
+
 
 ALTERNATIVES = [
     Alternative(name="einsum", description="einsum for every product", cells={
@@ -130,5 +166,72 @@ def softmax_rows(S):
     masks = ~np.eye(len(words), dtype=bool)
     return np.array([p_full - classifier.predict(words, keep=list(m))[0] for m in masks])
 ''',
+    }),
+    Alternative(name="backward-and-finite-differences",
+                description="gradient x input as a central difference of the logit along each word's own vector; Spearman's ranks by "
+                            "counting smaller and equal values",
+                cells={
+        "gradient_x_input": """import torch
+
+from mlbook_helpers.attribution import refund_logit, word_vectors
+
+
+def gradient_x_input(classifier, words):
+    # x_i . grad_i is the derivative of the logit when word i's vector is scaled by (1 + t), at t = 0
+    x = word_vectors(classifier, words)
+    eps = 1e-5
+    out = []
+    with torch.no_grad():
+        for i in range(x.shape[0]):
+            up, down = x.clone(), x.clone()
+            up[i] *= 1 + eps
+            down[i] *= 1 - eps
+            out.append(float(refund_logit(classifier, up) - refund_logit(classifier, down)) / (2 * eps))
+    return np.array(out)
+""",
+        "spearman": """def spearman(a, b):
+    def ranks(x):
+        x = np.asarray(x, dtype=float)
+        smaller = (x[None, :] < x[:, None]).sum(axis=1)
+        equal = (x[None, :] == x[:, None]).sum(axis=1)
+        return smaller + (equal + 1) / 2
+    return float(np.corrcoef(ranks(a), ranks(b))[0, 1])
+""",
+    }),
+    Alternative(name="torch-backward-and-loops",
+                description="gradient x input with logit.backward() and x.grad; Spearman in plain Python loops",
+                cells={
+        "gradient_x_input": """import torch
+
+from mlbook_helpers.attribution import refund_logit, word_vectors
+
+
+def gradient_x_input(classifier, words):
+    x = word_vectors(classifier, words)
+    x.requires_grad = True
+    refund_logit(classifier, x).backward()
+    return torch.einsum("td,td->t", x.grad, x).detach().numpy()
+""",
+        "spearman": """import math
+
+def spearman(a, b):
+    def ranks(x):
+        x = [float(v) for v in x]
+        order = sorted(range(len(x)), key=lambda i: x[i])
+        r = [0.0] * len(x)
+        i = 0
+        while i < len(order):
+            j = i
+            while j + 1 < len(order) and x[order[j + 1]] == x[order[i]]:
+                j += 1
+            for k in range(i, j + 1):
+                r[order[k]] = (i + j) / 2 + 1
+            i = j + 1
+        return r
+    ra, rb = ranks(a), ranks(b)
+    ma, mb = sum(ra) / len(ra), sum(rb) / len(rb)
+    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
+    return cov / math.sqrt(sum((x - ma) ** 2 for x in ra) * sum((y - mb) ** 2 for y in rb))
+""",
     }),
 ]

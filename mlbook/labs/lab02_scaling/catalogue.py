@@ -1,4 +1,4 @@
-"""Lab 2's misconception mutants and alternative correct solutions (see mlbook.authoring.catalogue)."""
+"""Lab 2's misconception mutants and alternative correct solutions (see mlbook.catalogue)."""
 
 from ..kit import Alternative, Mutant, patch
 
@@ -66,6 +66,54 @@ MUTANTS = [
                                             "outer = a[..., None, :] * a[..., None, :]  # (..., 1, T): a_j a_j")},
            must_fail=("test_softmax_jacobian", "test_softmax_jacobian_hidden"), message=r"a \* a is elementwise"),
 ]
+
+def _caught_by_its_tests(cell: str, test: str, rows: list[tuple]) -> list[Mutant]:
+    """Mutants of one answer cell that its visible test and its hidden partner must both catch.
+
+    Args:
+        rows: (name, misconception, the edit(s) of the reference answer, what the messages must match).
+    """
+    return [Mutant(name=name, misconception=idea, cells={cell: edit}, must_fail=(test, f"{test}_hidden"), message=regex)
+            for name, idea, edit, regex in rows]
+
+
+# 9: a learned temperature.
+MUTANTS += _caught_by_its_tests("learn_temperature", "test_learn_temperature", [
+    ("temperature-steps-on-tau", "gradient steps taken on tau itself instead of on u = log tau", (
+        patch("u = torch.zeros((), dtype=torch.float64, requires_grad=True)",
+              "u = torch.ones((), dtype=torch.float64, requires_grad=True)"),
+        patch("s0 / torch.exp(u)", "s0 / u"),
+        patch("float(torch.exp(u.detach()))", "float(u.detach())"),
+    ), r"on tau itself"),
+    ("temperature-without-sqrt-dk", "the learned temperature replaces sqrt(d_k) instead of multiplying it",
+     patch("s0 = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])", "s0 = q @ k.transpose(-2, -1)"),
+     r"sqrt\(d_k\) was left out"),
+    ("temperature-uphill", "the gradient step on log tau taken uphill (u + lr * gradient)",
+     patch("u -= lr * grad", "u += lr * grad"), r"uphill"),
+])
+
+# 10: QK-norm.
+MUTANTS += _caught_by_its_tests("qk_norm_scores", "test_qk_norm_scores", [
+    ("qknorm-across-tokens", "QK-norm normalising each component across the tokens instead of each vector",
+     patch("axis=-1, keepdims=True", "axis=-2, keepdims=True", count=2), r"across the tokens"),
+    ("qknorm-keeps-sqrt-dk", "QK-norm cosines divided by sqrt(d_k) as well as multiplied by the gain",
+     patch("return gain * (Q_unit @ K_unit.swapaxes(-2, -1))",
+           "return gain * (Q_unit @ K_unit.swapaxes(-2, -1)) / np.sqrt(Q.shape[-1])"), r"divided by sqrt\(d_k\)"),
+    ("qknorm-raw-keys", "QK-norm normalising the queries only, so scores still grow with |k|",
+     patch("K_unit = K / np.linalg.norm(K, axis=-1, keepdims=True)", "K_unit = K"), r"normalise both Q and K|keys too"),
+])
+
+# Extension: Nadaraya-Watson.
+MUTANTS += _caught_by_its_tests("nadaraya_watson", "test_nadaraya_watson", [
+    ("nw-bandwidth-unsquared", "Gaussian kernel exp(-d^2 / (2h)): the bandwidth not squared",
+     patch("(2 * bandwidth**2)", "(2 * bandwidth)"), r"bandwidth was not\s+squared"),
+    ("nw-weighted-sum", "kernel weights not normalised: a weighted sum instead of an average",
+     patch("weights = softmax(-sq_dist / (2 * bandwidth**2), axis=-1)", "weights = np.exp(-sq_dist / (2 * bandwidth**2))"),
+     r"not normalised"),
+    ("nw-over-queries", "kernel weights normalised over the query points instead of the examples",
+     patch("(2 * bandwidth**2), axis=-1)", "(2 * bandwidth**2), axis=0)"), r"query points"),
+])
+
 
 ALTERNATIVES = [
     Alternative(name="scipy-stats-entropy",
@@ -148,5 +196,67 @@ def softmax_jacobian(a):
         "softmax_jacobian": _JACOBIAN_DOC + '''    eye = np.eye(a.shape[-1])
     return np.einsum("...i,ij->...ij", a, eye) - np.einsum("...i,...j->...ij", a, a)
 ''',
+    }),
+    Alternative(name="sgd-normalize-logsumexp",
+                description="learn_temperature with torch.optim.SGD on a float32 parameter; QK-norm with "
+                            "torch.nn.functional.normalize; the kernel weights through scipy's logsumexp",
+                cells={
+        "learn_temperature": """def learn_temperature(Q, K, V, Y, steps=200, lr=1.0):
+    q, k, v, y = (torch.tensor(np.asarray(a), dtype=torch.float32) for a in (Q, K, V, Y))
+    log_tau = torch.nn.Parameter(torch.zeros(()))
+    opt = torch.optim.SGD([log_tau], lr=lr)
+    scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(torch.softmax(scores * torch.exp(-log_tau), dim=-1) @ v, y)
+        loss.backward()
+        opt.step()
+    return log_tau.exp().item()
+""",
+        "qk_norm_scores": """import torch.nn.functional as F
+
+def qk_norm_scores(Q, K, gain):
+    q = F.normalize(torch.as_tensor(np.asarray(Q)), dim=-1)
+    k = F.normalize(torch.as_tensor(np.asarray(K)), dim=-1)
+    return gain * q @ k.transpose(-2, -1)
+""",
+        "nadaraya_watson": """from scipy.special import logsumexp
+
+def nadaraya_watson(x_query, x_train, y_train, bandwidth):
+    logk = -np.sum((x_query[:, None] - x_train[None]) ** 2, axis=2) / (2 * bandwidth * bandwidth)
+    return np.exp(logk - logsumexp(logk, axis=1, keepdims=True)) @ y_train
+""",
+    }),
+    Alternative(name="numpy-gradient-and-loops",
+                description="learn_temperature with the gradient written out in NumPy; cosines as the dot product "
+                            "over the product of the norms; Nadaraya-Watson one query at a time with cdist",
+                cells={
+        "learn_temperature": """def learn_temperature(Q, K, V, Y, steps=200, lr=1.0):
+    s0 = np.einsum("...qd,...kd->...qk", Q, K) / np.sqrt(Q.shape[-1])
+    u = 0.0
+    for _ in range(steps):
+        s = s0 * np.exp(-u)
+        a = softmax(s, axis=-1)
+        d_out = 2 * (a @ V - Y) / Y.size
+        d_a = d_out @ np.swapaxes(V, -1, -2)
+        d_s = a * (d_a - np.sum(d_a * a, axis=-1, keepdims=True))
+        u -= lr * np.sum(d_s * -s)
+    return float(np.exp(u))
+""",
+        "qk_norm_scores": """def qk_norm_scores(Q, K, gain):
+    dots = np.einsum("...qd,...kd->...qk", Q, K)
+    norms = np.sqrt(np.einsum("...qd,...qd->...q", Q, Q))[..., :, None] * np.sqrt(np.einsum("...kd,...kd->...k", K, K))[..., None, :]
+    return gain * dots / norms
+""",
+        "nadaraya_watson": """from scipy.spatial.distance import cdist
+
+def nadaraya_watson(x_query, x_train, y_train, bandwidth):
+    out = []
+    for row in cdist(x_query, x_train, "sqeuclidean"):
+        s = -row / (2 * bandwidth ** 2)
+        w = np.exp(s - s.max())
+        out.append(w @ y_train / w.sum())
+    return np.array(out)
+""",
     }),
 ]

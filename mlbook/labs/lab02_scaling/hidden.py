@@ -32,6 +32,9 @@ __all__ = [
     "check_effective_keys",
     "check_mean_effective_keys",
     "check_softmax_jacobian",
+    "check_learn_temperature",
+    "check_qk_norm_scores",
+    "check_nadaraya_watson",
 ]
 
 Z_SIGMA = 5.0
@@ -338,3 +341,167 @@ def check_softmax_jacobian(softmax_jacobian: Callable) -> None:
         sums = (np.round(got.sum(axis=-1).ravel()[:3], 4) + 0.0).tolist()  # the first rows' sums, no negative zeros
         fail(what, f"rows of your Jacobian sum to {sums}",
              message or "Entry (i, j) is a_i (1[i = j] - a_j); every row sums to 0.")
+
+
+# ----------------------------------------------------------------------------- learn_temperature
+
+
+def _learned_tau(Q: np.ndarray, K: np.ndarray, V: np.ndarray, Y: np.ndarray, steps: int, lr: float, *,
+                 on_log: bool = True, downhill: bool = True, sqrt_dk: bool = True, divide: bool = True) -> float:
+    """The grader's gradient descent on the temperature, with the gradient written out in NumPy.
+
+    L = mean((softmax(S) V - Y)^2) with S = S0 / tau (S0 = Q K^T / sqrt(d_k)); the options are
+    the known mistakes: steps on tau itself, uphill steps, no sqrt(d_k), tau multiplying S0.
+    """
+    S0 = Q @ np.swapaxes(K, -1, -2) / (math.sqrt(Q.shape[-1]) if sqrt_dk else 1.0)  # (..., T_q, T_k)
+    u = 0.0 if on_log else 1.0  # log tau, or tau itself
+    for _ in range(steps):
+        tau = math.exp(u) if on_log else u
+        S = S0 / tau if divide else S0 * tau  # (..., T_q, T_k)
+        A = softmax(S)  # (..., T_q, T_k)
+        dA = (2.0 / Y.size) * (A @ V - Y) @ np.swapaxes(V, -1, -2)  # (..., T_q, T_k)
+        dS = A * (dA - (dA * A).sum(axis=-1, keepdims=True))  # (..., T_q, T_k)
+        d_tau = float((dS * (-S0 / tau**2 if divide else S0)).sum())
+        grad = d_tau * tau if on_log else d_tau  # d/du = tau d/dtau
+        u += -lr * grad if downhill else lr * grad
+        if not math.isfinite(u) or (not on_log and u <= 0):
+            return math.nan  # a mistake that leaves the valid range matches nothing
+    return math.exp(u) if on_log else u
+
+
+def check_learn_temperature(learn_temperature: Callable) -> None:
+    """A few exact steps on a fresh batch (the algorithm), then many (tau recovers the one that made Y)."""
+    rng = fresh_rng()
+    d_k, t_q, t_k, d_v = int(rng.choice([6, 9, 12, 20])), int(rng.integers(3, 6)), int(rng.integers(6, 10)), 3
+    Q = rng.standard_normal((4, t_q, d_k))  # (B, T_q, d_k)
+    K = rng.standard_normal((4, t_k, d_k))  # (B, T_k, d_k)
+    V = rng.standard_normal((4, t_k, d_v))  # (B, T_k, d_v)
+    # tau far from 1 on either side: near tau = 1 the first steps on tau and on log tau nearly coincide
+    tau_star = float(rng.choice([rng.uniform(0.3, 0.55), rng.uniform(1.8, 3.0)]))
+    Y = softmax(Q @ K.swapaxes(-1, -2) / (math.sqrt(d_k) * tau_star)) @ V  # (B, T_q, d_v)
+    steps, lr = int(rng.integers(2, 5)), float(rng.uniform(0.5, 1.5))
+    what = f"learn_temperature(Q {Q.shape}, K {K.shape}, V, Y, steps={steps}, lr={lr:.3f})"
+    with quiet():
+        got = _scalar(call_student(learn_temperature, Q.copy(), K.copy(), V.copy(), Y.copy(), steps=steps, lr=lr,
+                                   what=what), what)
+    want = _learned_tau(Q, K, V, Y, steps, lr)
+    if not abs(got - want) <= 1e-5 * abs(want):
+        message = diagnose(got, {
+            "the steps were taken on tau itself: step on u = log tau and return exp(u)":
+                lambda: _learned_tau(Q, K, V, Y, steps, lr, on_log=False),
+            "the steps went uphill: u <- u - lr * dL/du": lambda: _learned_tau(Q, K, V, Y, steps, lr, downhill=False),
+            "sqrt(d_k) was left out of the scores: divide Q K^T by tau * sqrt(d_k)":
+                lambda: _learned_tau(Q, K, V, Y, steps, lr, sqrt_dk=False),
+            "tau multiplied the scores instead of dividing them": lambda: _learned_tau(Q, K, V, Y, steps, lr, divide=False),
+            "that is one step fewer or one more than asked": lambda: _learned_tau(Q, K, V, Y, steps - 1, lr),
+        }, atol=0, rtol=1e-5)
+        if message is None and abs(got - _learned_tau(Q, K, V, Y, steps + 1, lr)) <= 1e-5 * abs(want):
+            message = "that is one step fewer or one more than asked"
+        fail(what, f"got tau = {got:.6g} after {steps} steps from tau = 1", message or
+             "Start from u = 0; each step u <- u - lr * dL/du with L the MEAN squared error of "
+             "softmax(Q K^T / (tau sqrt(d_k))) V against Y; return exp(u).")
+    what = f"learn_temperature(Q {Q.shape}, K {K.shape}, V, Y, steps=300, lr=3.0)"
+    with quiet():  # lr = 3 converges to within 1e-4 of tau_star in 300 steps for every tau_star drawn here
+        got = _scalar(call_student(learn_temperature, Q.copy(), K.copy(), V.copy(), Y.copy(), steps=300, lr=3.0,
+                                   what=what), what)
+    if not abs(got - tau_star) <= 2e-3 * tau_star:
+        message = diagnose(got, {
+            "tau absorbed sqrt(d_k): the scores are Q K^T / (tau sqrt(d_k))": tau_star * math.sqrt(d_k),
+            "that is the inverse of the temperature that made Y: divide the scores by tau": 1.0 / tau_star,
+        }, atol=0, rtol=5e-3)
+        fail(what, f"got tau = {got:.4g} for outputs of a head with one fixed temperature", message or
+             "With enough steps, gradient descent on log tau should find the temperature the targets were made with.")
+
+
+# ----------------------------------------------------------------------------- qk_norm_scores
+
+
+def check_qk_norm_scores(qk_norm_scores: Callable) -> None:
+    """Cosine scores times a gain, batched and single, rows of very different lengths, float32 too."""
+    rng = fresh_rng()
+    d_k = int(rng.choice([5, 7, 10, 24]))
+    t_q, t_k = int(rng.integers(3, 6)), int(rng.integers(6, 10))
+    lengths_q = np.exp(rng.uniform(-3, 3, size=(2, t_q, 1)))  # (2, T_q, 1): lengths from 0.05 to 20
+    lengths_k = np.exp(rng.uniform(-3, 3, size=(2, t_k, 1)))  # (2, T_k, 1)
+    cases = [
+        (rng.standard_normal((2, t_q, d_k)) * lengths_q, rng.standard_normal((2, t_k, d_k)) * lengths_k,
+         float(rng.uniform(1.5, 12.0))),
+        (rng.standard_normal((t_q, d_k)).astype(np.float32), rng.standard_normal((t_k, d_k)).astype(np.float32),
+         float(rng.uniform(1.5, 12.0))),
+    ]
+    for Q, K, gain in cases:
+        q, k = Q.astype(np.float64), K.astype(np.float64)
+        unit_q = q / np.linalg.norm(q, axis=-1, keepdims=True)  # (..., T_q, d_k)
+        unit_k = k / np.linalg.norm(k, axis=-1, keepdims=True)  # (..., T_k, d_k)
+        want = gain * unit_q @ np.swapaxes(unit_k, -1, -2)  # (..., T_q, T_k)
+        what = f"qk_norm_scores(Q of shape {Q.shape} {Q.dtype}, K of shape {K.shape}, gain={gain:.3f})"
+        with quiet():
+            got = array(call_student(qk_norm_scores, Q.copy(), K.copy(), gain, what=what), what)
+        tol = 1e-9 if Q.dtype == np.float64 else 1e-5
+        if close(got, want, atol=tol * gain, rtol=tol):
+            continue
+        if got.shape != want.shape:
+            fail(what, f"shape is {got.shape}, expected {want.shape}",
+                 "Queries are the rows: (..., T_q, d_k) against (..., T_k, d_k) gives (..., T_q, T_k); swap only "
+                 "the last two axes of the keys.")
+        across = lambda x: x / np.linalg.norm(x, axis=-2, keepdims=True)  # noqa: E731 - the wrong axis
+        message = diagnose(got, {
+            "each component was normalised across the tokens (axis -2): normalise each vector over its d_k "
+            "components (axis=-1)": gain * across(q) @ np.swapaxes(across(k), -1, -2),
+            "the cosines were also divided by sqrt(d_k): with QK-norm the gain replaces the scale":
+                want / math.sqrt(d_k),
+            "only the queries were normalised: normalise the keys too, or the scores still grow with |k|":
+                gain * unit_q @ np.swapaxes(k, -1, -2),
+            "only the keys were normalised: normalise the queries too, or the scores still grow with |q|":
+                gain * q @ np.swapaxes(unit_k, -1, -2),
+            "the gain was left out": want / gain,
+            "divided by the squared length: a unit vector is x / |x|, not x / |x|^2":
+                gain * (q / (q**2).sum(-1, keepdims=True)) @ np.swapaxes(k / (k**2).sum(-1, keepdims=True), -1, -2),
+        }, atol=tol * gain, rtol=tol)
+        bound = float(np.abs(got).max())
+        fail(what, first_bad(got, want, atol=tol * gain, rtol=tol) + f" (largest |score| {bound:.4g})", message or
+             "Each score is gain * cos(q_i, k_j): every |score| is at most the gain.")
+
+
+# ----------------------------------------------------------------------------- nadaraya_watson
+
+
+def check_nadaraya_watson(nadaraya_watson: Callable) -> None:
+    """Gaussian-kernel regression on fresh points in d = 1 and d = 3, several bandwidths, a tiny one."""
+    rng = fresh_rng()
+    t_q, t_k = int(rng.integers(3, 7)), int(rng.integers(8, 15))
+    for d, d_v, h in ((1, 1, float(rng.uniform(0.1, 0.4))), (3, 2, float(rng.uniform(0.8, 2.0))), (2, 2, 1e-3)):
+        xq = rng.uniform(-1, 1, size=(t_q, d))  # (T_q, d)
+        xk = rng.uniform(-1, 1, size=(t_k, d))  # (T_k, d)
+        y = rng.standard_normal((t_k, d_v))  # (T_k, d_v)
+        sq = ((xq[:, None, :] - xk[None, :, :]) ** 2).sum(-1)  # (T_q, T_k)
+        want = softmax(-sq / (2 * h * h)) @ y  # (T_q, d_v)
+        what = f"nadaraya_watson(x_query {xq.shape}, x_train {xk.shape}, y_train {y.shape}, bandwidth={h:.3g})"
+        with quiet():
+            got = array(call_student(nadaraya_watson, xq.copy(), xk.copy(), y.copy(), h, what=what), what,
+                        finite=False)  # nan is diagnosed below
+        if close(got, want, atol=1e-7, rtol=1e-7):
+            continue
+        if got.shape != want.shape:
+            fail(what, f"shape is {got.shape}, expected {want.shape}",
+                 "One prediction per query point, with the width of y_train: weights (T_q, T_k) @ y_train (T_k, d_v).")
+        if not np.all(np.isfinite(got)):
+            fail(what, "returned nan or inf", "exp(-|x - x_j|^2 / (2 h^2)) underflows to 0 for every example when h is "
+                 "small, and 0 / 0 is nan: take a softmax of the scores (subtract each row's max) instead.")
+        kernel_sum = lambda s: np.exp(s - s.max(axis=-1, keepdims=True))  # noqa: E731
+        message = diagnose(got, {
+            "the bandwidth was not squared: the Gaussian kernel is exp(-|x - x_j|^2 / (2 h^2))":
+                lambda: softmax(-sq / (2 * h)) @ y,
+            "the distance was not squared: the Gaussian kernel is exp(-|x - x_j|^2 / (2 h^2))":
+                lambda: softmax(-np.sqrt(sq) / (2 * h * h)) @ y,
+            "the weights were normalised over the query points (axis 0): average over the examples, the last axis":
+                lambda: softmax(-sq / (2 * h * h), axis=0) @ y,
+            "the weights were not normalised: a kernel regression is a weighted average, not a weighted sum":
+                lambda: np.exp(-sq / (2 * h * h)) @ y,
+            "the weights were not normalised: a kernel regression is a weighted average, not a weighted sum ":
+                lambda: kernel_sum(-sq / (2 * h * h)) @ y,
+            "the kernel is exp(-d^2 / (2 h^2)): its sign was dropped, so far examples weigh most":
+                lambda: softmax(sq / (2 * h * h)) @ y,
+        }, atol=1e-7, rtol=1e-7)
+        fail(what, first_bad(got, want, atol=1e-7, rtol=1e-7), message or
+             "Weights softmax(-|x - x_j|^2 / (2 h^2)) over the examples j, then the weighted average of y_train.")
