@@ -401,10 +401,13 @@ def check_learn_temperature(learn_temperature: Callable) -> None:
              "Start from u = 0; each step u <- u - lr * dL/du with L the MEAN squared error of "
              "softmax(Q K^T / (tau sqrt(d_k))) V against Y; return exp(u).")
     what = f"learn_temperature(Q {Q.shape}, K {K.shape}, V, Y, steps=300, lr=3.0)"
-    with quiet():  # lr = 3 converges to within 1e-4 of tau_star in 300 steps for every tau_star drawn here
+    with quiet():
         got = _scalar(call_student(learn_temperature, Q.copy(), K.copy(), V.copy(), Y.copy(), steps=300, lr=3.0,
                                    what=what), what)
-    if not abs(got - tau_star) <= 2e-3 * tau_star:
+    # 300 steps usually reach tau_star, but on some draws the loss is flat near it and a correct learner
+    # is still on its way: the grader's own 300 steps are the answer a correct learner gives.
+    reference = _learned_tau(Q, K, V, Y, 300, 3.0)
+    if not (abs(got - tau_star) <= 2e-3 * tau_star or abs(got - reference) <= 1e-3 * abs(reference)):
         message = diagnose(got, {
             "tau absorbed sqrt(d_k): the scores are Q K^T / (tau sqrt(d_k))": tau_star * math.sqrt(d_k),
             "that is the inverse of the temperature that made Y: divide the scores by tau": 1.0 / tau_star,
