@@ -136,11 +136,11 @@ def softmax_rows(S):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_softmax_rows", "points": 1}
-w = softmax_rows(np.array([[0.7071, 0.7071, 0.0], [1.0, 2.0, 3.0]]))
+w = softmax_rows(np.array([[2.0, 0.0, 1.0], [1.0, 2.0, 3.0]]))
 expect_rows_sum_to_one(w, "softmax_rows of a 2 x 3 matrix",
                        "Each row is one query: normalise over the last axis (keys), not over axis 0 (queries).")
-expect_close(w[0], [0.401, 0.401, 0.198], "softmax of token 0's scaled scores",
-             hint="Those are the lesson's weights for 'bag'.")
+expect_close(w[0], [0.665, 0.090, 0.245], "softmax of (2, 0, 1)",
+             hint="exp(2), exp(0) and exp(1), each divided by their sum.")
 big = softmax_rows(np.array([[1000.0, 1000.0, 0.0]]))
 expect_close(big, [[0.5, 0.5, 0.0]], "softmax_rows of scores near 1000",
              hint="exp(1000) overflows to inf: subtract each row's max before exponentiating.")
@@ -226,19 +226,27 @@ def attention(Q, K, V, mask=None):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_attention", "points": 2}
-out, weights = attention(Q, K, V)
+# The ticket's own numbers are yours to compare with 1a; this cell checks the numbers on
+# another small example instead.
+Q_ex = np.array([[1.0, 0.0], [0.0, 2.0], [2.0, 1.0]])  # (T, d_k)
+K_ex = np.array([[1.0, 1.0], [0.0, 1.0], [2.0, 0.0]])  # (T, d_k)
+V_ex = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])  # (T, d_v)
+out, weights = attention(Q, K, V)  # the ticket, drawn below
 expect_rows_sum_to_one(weights, "weights of the ticket", "Normalise each query's row over the keys.")
-expect_close(weights, [[0.401, 0.401, 0.198], [0.198, 0.401, 0.401], [0.248, 0.503, 0.248]],
-             "weights of the ticket", hint="Scores are divided by sqrt(d_k) = 1.414, not by d_k = 2.")
-expect_close(out, [[1.0, 1.0], [0.797, 1.203], [0.745, 1.255]], "outputs of the ticket",
+out_ex, weights_ex = attention(Q_ex, K_ex, V_ex)
+expect_close(weights_ex, [[0.284, 0.140, 0.576], [0.446, 0.446, 0.108], [0.306, 0.074, 0.620]],
+             "weights of the example", hint="Scores are divided by sqrt(d_k) = 1.414, not by d_k = 2.")
+expect_close(out_ex, [[0.860, 0.716], [0.554, 0.554], [0.926, 0.694]], "outputs of the example",
              hint="The output mixes the value rows: weights @ V.")
-out_c, weights_c = attention(Q, K, V, mask=allowed)
-expect_zero_where_masked(weights_c, allowed, "causal weights",
-                         "Future keys got weight: the mask is True where attention is ALLOWED (is the polarity inverted?).")
-expect_rows_sum_to_one(weights_c, "causal weights",
-                       "Rows must still sum to 1: was the mask applied after the softmax instead of to the scores?")
-expect_close(weights_c, [[1.0, 0.0, 0.0], [0.330, 0.670, 0.0], [0.248, 0.503, 0.248]], "causal weights",
-             hint="The mask is True where attention is ALLOWED; masked keys get weight exactly 0.")
+out_c, weights_c = attention(Q, K, V, mask=allowed)  # the ticket under the causal mask, drawn below
+for name, w_masked in (("causal weights of the ticket", weights_c),
+                       ("causal weights of the example", attention(Q_ex, K_ex, V_ex, mask=allowed)[1])):
+    expect_zero_where_masked(w_masked, allowed, name,
+                             "Future keys got weight: the mask is True where attention is ALLOWED (is the polarity inverted?).")
+    expect_rows_sum_to_one(w_masked, name,
+                           "Rows must still sum to 1: was the mask applied after the softmax instead of to the scores?")
+expect_close(attention(Q_ex, K_ex, V_ex, mask=allowed)[1], [[1.0, 0.0, 0.0], [0.5, 0.5, 0.0], [0.306, 0.074, 0.620]],
+             "causal weights of the example", hint="The mask is True where attention is ALLOWED; masked keys get weight exactly 0.")
 
 # %% nbgrader={"grade": true, "grade_id": "test_attention_hidden", "points": 3}
 # Hidden tests: random T_q != T_k, d_k != d_v, scores in the thousands, random boolean masks.
@@ -379,38 +387,75 @@ heatmap_grid({"input 1": w_encoder, "input 2, same head": w_other}, six.tokens, 
 # %% [markdown]
 # ## 5. Two more worked examples
 #
+# Both examples ask for one query's row, so first write `row_attention(q, K, V, scaled=True)`:
+# one query (d_k,) against all keys, returning that row's output (d_v,) and weights (T_k,),
+# with the scores divided by √d_k when `scaled` is True and left raw when it is False. (Your
+# `attention` can do the work: one query is a (1, d_k) matrix.)
+#
 # **A bank session** (d_k = 4). Three events, *login*, *new-device*, *transfer*, already
-# projected: the keys, values and the query of *transfer* are in `bank_session()`. Compute,
-# with your `attention`, the weights and the output of the *transfer* row, and the weights the
-# same row would get **without** the scale (hint: multiplying the query by √d_k cancels your
-# function's division).
+# projected: the keys, values and the query of *transfer* are in `bank_session()`. Set
+# `bank_output` and `bank_weights` to the *transfer* row's output and weights, and
+# `bank_weights_unscaled` to the weights the same row gets **without** the scale.
 #
 # **The chapter's example**: `Q = K = [[1, 0], [0, 1], [1, 1]]`, `V = [[10, 0], [0, 10], [5, 5]]`
-# from `chapter_qkv()`. Give the first query's weights and output. The chapter prints them as
+# from `chapter_qkv()`. Set `chapter_weights_row0` and `chapter_output_row0` to the first
+# query's weights and output. The chapter prints them as
 # (0.422, 0.208, 0.370) and (6.07, 3.93). Before you trust the book, look at the first row of
 # the scores, (0.707, 0, 0.707): what must be true of the weights of keys 0 and 2?
+
+# %% nbgrader={"grade_id": "row_attention", "solution": true}
+def row_attention(q, K, V, scaled=True):
+    """Attention of a single query over every key.
+
+    Args:
+        q: (d_k,) one query. K: (T_k, d_k) keys. V: (T_k, d_v) values.
+        scaled: divide the scores by sqrt(d_k) when True; use the raw dot products when False.
+
+    Returns:
+        out: (d_v,) the query's output, weights: (T_k,) its weights (they sum to 1).
+    """
+    ### BEGIN SOLUTION
+    q, K, V = (np.asarray(a, dtype=float) for a in (q, K, V))
+    scores = K @ q  # (T_k, d_k) @ (d_k,) -> (T_k,)
+    if scaled:
+        scores = scores / np.sqrt(q.shape[-1])  # (T_k,)
+    weights = softmax_rows(scores[None, :])[0]  # (T_k,)
+    return weights @ V, weights  # (T_k,) @ (T_k, d_v) -> (d_v,); (T_k,)
+    ### END SOLUTION
 
 # %% nbgrader={"grade_id": "worked_examples", "solution": true}
 bank = bank_session()
 chapter_Q, chapter_K, chapter_V = chapter_qkv()
 ### BEGIN SOLUTION
-q_transfer = bank.queries[2][None, :]  # (1, 4)
-bank_output, bank_weights = attention(q_transfer, bank.K, bank.V)  # (1, 2), (1, 3)
-_, bank_weights_unscaled = attention(q_transfer * np.sqrt(4), bank.K, bank.V)  # (1, 3)
-chapter_out, chapter_weights = attention(chapter_Q, chapter_K, chapter_V)  # (3, 2), (3, 3)
-chapter_weights_row0, chapter_output_row0 = chapter_weights[0], chapter_out[0]  # (3,), (2,)
+q_transfer = bank.queries[2]  # (4,)
+bank_output, bank_weights = row_attention(q_transfer, bank.K, bank.V)  # (2,), (3,)
+_, bank_weights_unscaled = row_attention(q_transfer, bank.K, bank.V, scaled=False)  # (3,)
+chapter_output_row0, chapter_weights_row0 = row_attention(chapter_Q[0], chapter_K, chapter_V)  # (2,), (3,)
 ### END SOLUTION
 
-# %% nbgrader={"grade": true, "grade_id": "test_worked_examples", "points": 2}
+# %% nbgrader={"grade": true, "grade_id": "test_worked_examples", "points": 1}
 expect_close(np.ravel(bank_weights), [0.212, 0.576, 0.212], "transfer's weights",
              hint="Raw scores are (1, 3, 1); scaled by 1/sqrt(4) they are (0.5, 1.5, 0.5).")
 expect_close(np.ravel(bank_output), [0.424, 0.788], "transfer's output", hint="Mix the value rows with those weights.")
 expect_close(np.ravel(bank_weights_unscaled), [0.107, 0.787, 0.107], "transfer's unscaled weights",
              hint="Without the scale the row is softmax(1, 3, 1): sharper from the same vectors.")
-expect_close(np.ravel(chapter_weights_row0), [0.401, 0.198, 0.401], "the chapter's first row of weights",
+w_row0 = np.ravel(np.asarray(chapter_weights_row0, dtype=float))  # (3,)
+print("the chapter's first row, recomputed: weights", np.round(w_row0, 3), "output",
+      np.round(np.ravel(np.asarray(chapter_output_row0, dtype=float)), 3))
+expect_rows_sum_to_one(w_row0, "the chapter's first row of weights", "Weights of one query sum to 1.")
+expect_close(w_row0[0], w_row0[2], "weight of key 0 against weight of key 2",
              hint="Keys 0 and 2 both score 0.707, so they get equal weight; the book's 0.422 / 0.370 is a misprint.")
-expect_close(np.ravel(chapter_output_row0), [6.017, 3.983], "the chapter's first output",
-             hint="0.401 (10, 0) + 0.198 (0, 10) + 0.401 (5, 5); the book's (6.07, 3.93) mixes its misprinted weights.")
+expect_close(w_row0[1] / w_row0[0], np.exp(-1 / np.sqrt(2)), "weight of key 1 / weight of key 0",
+             hint="The scores are (0.707, 0, 0.707): the middle key's weight is exp(-0.707) times the others'.")
+expect_close(np.ravel(chapter_output_row0), w_row0 @ chapter_V, "the chapter's first output",
+             hint="The output mixes the value rows with those weights; the book's (6.07, 3.93) mixes its misprinted weights.")
+
+# %% nbgrader={"grade": true, "grade_id": "test_worked_examples_hidden", "points": 1}
+# Hidden tests: row_attention on fresh queries, keys and values (d_k != T_k), scaled and not.
+### BEGIN HIDDEN TESTS
+from mlbook.labs.lab01_hand_attention import hidden
+hidden.check_row_attention(row_attention)
+### END HIDDEN TESTS
 
 # %% [markdown]
 # ## 6. Two properties every attention output has

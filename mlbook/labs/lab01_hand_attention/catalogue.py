@@ -60,6 +60,21 @@ def _caught_by_its_tests(cell: str, test: str, rows: list[tuple]) -> list[Mutant
             for name, idea, edit, regex in rows]
 
 
+# 5: row_attention, the one-query attention behind the worked examples.
+MUTANTS += _caught_by_its_tests("row_attention", "test_worked_examples", [
+    ("row-divide-by-dk", "one query's scores divided by d_k instead of sqrt(d_k)",
+     patch("scores / np.sqrt(q.shape[-1])", "scores / q.shape[-1]"), r"sqrt"),
+    ("row-scale-always", "the scale applied even when scaled=False",
+     patch("    if scaled:\n        scores = scores / np.sqrt(q.shape[-1])", "    scores = scores / np.sqrt(q.shape[-1])"),
+     r"[Ww]ithout the scale|scaled=False"),
+    ("row-scale-inverted", "the flag read backwards: raw scores when scaled=True",
+     patch("if scaled:", "if not scaled:"), r"scaled by 1/sqrt|left raw"),
+    ("row-mix-scores", "the output mixes the values with the scores instead of the softmax weights",
+     patch("return weights @ V, weights", "return scores @ V, weights"), r"with those weights|softmax weights"),
+    ("row-scale-by-keys", "the scale taken from the number of keys T_k instead of the width d_k",
+     patch("np.sqrt(q.shape[-1])", "np.sqrt(K.shape[0])"), r"sqrt\(4\)|number of keys"),
+])
+
 # 7b: gradient x input, one line of the reference changed per misconception.
 MUTANTS += _caught_by_its_tests("gradient_x_input", "test_gradient_x_input", [
     ("gxi-of-probability", "gradient x input taken of the probability (after the sigmoid) instead of the logit",
@@ -98,6 +113,13 @@ ALTERNATIVES = [
     weights = softmax_rows(scores)
     return np.einsum("qk,kv->qv", weights, V), weights
 ''',
+        "row_attention": '''def row_attention(q, K, V, scaled=True):
+    scores = np.einsum("kd,d->k", np.asarray(K, dtype=float), np.asarray(q, dtype=float))
+    if scaled:
+        scores = scores / np.sqrt(len(q))
+    weights = np.exp(scores - scores.max()) / np.exp(scores - scores.max()).sum()
+    return np.einsum("k,kv->v", weights, np.asarray(V, dtype=float)), weights
+''',
     }),
     Alternative(name="torch", description="torch for the softmax and attention, returning tensors", cells={
         "softmax_rows": '''import torch
@@ -115,6 +137,15 @@ def attention(Q, K, V, mask=None):
         scores = scores.masked_fill(~torch.as_tensor(mask), float("-inf"))
     weights = F.softmax(scores, dim=-1)
     return weights @ v, weights
+''',
+        "row_attention": '''import torch
+
+def row_attention(q, K, V, scaled=True):
+    q = torch.as_tensor(np.asarray(q), dtype=torch.float64)[None, :]
+    if not scaled:
+        q = q * q.shape[-1] ** 0.5  # cancels the division inside attention
+    out, weights = attention(q, K, V)
+    return out[0], weights[0]
 ''',
     }),
     Alternative(name="loops-float32", description="plain loops over rows and keys, in float32", cells={
@@ -144,6 +175,18 @@ def softmax_rows(S):
         for j in range(T_k):
             out[i] += weights[i, j] * V[j]
     return out, weights
+''',
+        "row_attention": '''import math
+
+def row_attention(q, K, V, scaled=True):
+    q = [float(x) for x in q]
+    scores = [sum(a * float(b) for a, b in zip(q, k)) for k in K]
+    if scaled:
+        scores = [s / math.sqrt(len(q)) for s in scores]
+    top = max(scores)
+    e = [math.exp(s - top) for s in scores]
+    weights = np.array([x / sum(e) for x in e], dtype=np.float32)
+    return weights @ np.asarray(V, dtype=np.float32), weights
 ''',
     }),
     Alternative(name="scipy-and-finfo",

@@ -169,6 +169,45 @@ def check_attention_shapes(attention_shapes) -> None:
                  "T_q; the output has one row per query and the width of the values.")
 
 
+# --- 5: row_attention (the worked examples) -------------------------------------------------
+
+
+def check_row_attention(row_attention) -> None:
+    rng = fresh_rng()
+    for T_k, d_k, d_v in ((5, 3, 4), (2, 9, 3), (7, 16, 2)):  # d_k != T_k, so the two scales differ
+        q = rng.normal(size=d_k) * 2.0  # (d_k,)
+        K = rng.normal(size=(T_k, d_k))  # (T_k, d_k)
+        V = rng.normal(size=(T_k, d_v))  # (T_k, d_v)
+        raw = K @ q  # (T_k,)
+        for scaled in (True, False):
+            what = f"row_attention with T_k={T_k}, d_k={d_k}, d_v={d_v}, scaled={scaled}"
+            got = call_student(row_attention, q.copy(), K.copy(), V.copy(), scaled=scaled, what=what)
+            out, weights = items(got, 2, what, "the pair (out, weights)")
+            ref_w = softmax(raw / np.sqrt(d_k) if scaled else raw)  # (T_k,)
+            w = array(weights, f"{what}: weights", finite=False)
+            tol = weight_tolerance(weights, spread=2.0)
+            if not close(w, ref_w, atol=tol, rtol=1e-5):
+                hint = diagnose(w, {
+                    "Scores were divided by d_k instead of sqrt(d_k).": lambda: softmax(raw / d_k),
+                    "With scaled=False the scores must stay raw: the scale was applied anyway.":
+                        lambda: softmax(raw / np.sqrt(d_k)) if not scaled else None,
+                    "With scaled=True divide by sqrt(d_k): the scores were left raw.":
+                        lambda: softmax(raw) if scaled else None,
+                    "The scale uses the number of keys T_k: it is sqrt(d_k), the width of q.":
+                        lambda: softmax(raw / np.sqrt(T_k)),
+                }, atol=tol, rtol=1e-5)
+                fail(what, f"weights of shape {w.shape} differ from softmax of the "
+                     + ("scaled" if scaled else "raw") + " scores", hint or "Scores are K @ q, one per key.")
+            o = array(out, f"{what}: out", finite=False)
+            if not close(o, ref_w @ V, atol=tol * max(1.0, float(np.abs(V).max())), rtol=1e-5):
+                hint = diagnose(o, {
+                    "The output mixes the value rows with the raw scores: use the softmax weights.":
+                        lambda: (raw / np.sqrt(d_k) if scaled else raw) @ V,
+                    "That mixes the key rows: the output mixes the value rows, weights @ V.": lambda: ref_w @ K,
+                }, atol=tol, rtol=1e-5)
+                fail(what, f"out (shape {o.shape}) is not weights @ V", hint or "The output is weights @ V, shape (d_v,).")
+
+
 # --- 6: property checks ---------------------------------------------------------------------
 
 
