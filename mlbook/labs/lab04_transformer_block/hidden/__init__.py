@@ -31,7 +31,7 @@ and ``_common`` holds what they share.
 
 from .backward import check_attention_backward, check_attention_forward, check_score_bias_grad
 from .block import check_block
-from .flops import check_attention_flops, check_attention_matrix_bytes, check_attention_share, check_crossover_length
+from .flops import check_attention_flops, check_attention_share, check_crossover_length
 from .heads import check_heads
 from .mha import check_mha
 from .positions import check_sinusoidal
@@ -46,6 +46,5 @@ __all__ = [
     "check_score_bias_grad",
     "check_attention_flops",
     "check_attention_share",
-    "check_attention_matrix_bytes",
     "check_crossover_length",
 ]

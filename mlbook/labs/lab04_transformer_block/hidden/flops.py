@@ -1,4 +1,4 @@
-"""The cost questions: FLOPs, the n x n share, the attention matrix's bytes, the crossover lengths."""
+"""The cost questions: FLOPs, the n x n share, the crossover lengths (the matrix's bytes are lab 6's)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Callable
 from ...kit import call_student, describe, diagnose, fail, fresh_rng, number
 from ._common import view_error
 
-__all__ = ["check_attention_flops", "check_attention_share", "check_attention_matrix_bytes", "check_crossover_length"]
+__all__ = ["check_attention_flops", "check_attention_share", "check_crossover_length"]
 
 _NUMBER = "Return a number (an int or a float)."
 
@@ -80,26 +80,6 @@ def check_attention_share(attention_share: Callable) -> None:
             "this is the ratio of the n x n part to the rest, not its share of the whole layer": T / (6 * d),
             "a percentage was returned; return a fraction between 0 and 1": 100 * ref,
         }, "share = (qk_t + av) / (attention projections + FFN + qk_t + av).")
-
-
-def check_attention_matrix_bytes(attention_matrix_bytes: Callable) -> None:
-    """attention_matrix_bytes(B, H, T, bytes_per_entry=2) on fresh sizes, and its default."""
-    rng = fresh_rng()
-    for _ in range(3):
-        B, H, T = int(rng.integers(1, 33)), int(rng.integers(1, 65)), int(rng.integers(100, 70000))
-        bpe = int(rng.choice([1, 4, 8]))
-        for args, kwargs, n_bytes in (((B, H, T), {}, 2), ((B, H, T), {"bytes_per_entry": bpe}, bpe)):
-            what = f"attention_matrix_bytes({B}, {H}, {T}" + (f", bytes_per_entry={bpe})" if kwargs else ")")
-            got = number(call_student(attention_matrix_bytes, *args, what=what, named=view_error, **kwargs), what,
-                         _NUMBER)
-            ref = B * H * T * T * n_bytes
-            _expect(got, ref, what, {
-                "entries were counted, not bytes: multiply by bytes_per_entry (2 for bf16 by default)": B * H * T * T,
-                "the heads were left out: every head stores its own (T, T) matrix": B * T * T * n_bytes,
-                "T was not squared: the matrix is T x T per head and sequence": B * H * T * n_bytes,
-                "the batch was left out": H * T * T * n_bytes,
-                "the result is in megabytes or gigabytes; return bytes": ref / 1e6,
-            }, "The matrix has B * H * T^2 entries of bytes_per_entry bytes each.")
 
 
 def check_crossover_length(crossover_length: Callable) -> None:
