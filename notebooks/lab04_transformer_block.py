@@ -19,18 +19,27 @@
 #    `view` is silently wrong;
 # 2. write `MultiHeadAttention` and load the weights of `torch.nn.MultiheadAttention` into it
 #    so both give the same numbers, for self- and cross-attention, with and without masks;
-# 3. write the paper's sinusoidal positions;
+# 3. write the paper's sinusoidal positions, then rotary positions (RoPE) in both layouts in use,
+#    test that a RoPE score depends only on the offset m − n, compare with the sinusoids and
+#    ALiBi, and rotate one new token during cached decoding;
 # 4. assemble a `TransformerBlock` and test it on the lesson's six tokens: shapes, normalised
 #    rows, permutations, the causal mask; then remove the residual and describe what changes;
 # 5. write attention's forward **and backward** pass in NumPy and check it against autograd;
-# 6. count FLOPs, and find where the n × n part starts to dominate (memory is lab 6's).
+# 6. count FLOPs (memory is lab 6's); an ungraded extension finds where the n × n part of a
+#    full layer starts to dominate.
+#
+# **Time.** About 2.5 hours for a student who has done the lesson: 50 minutes for sections 1–2,
+# 35 for section 3 (15 of them sinusoids, 20 RoPE), 30 for section 4, 35 for section 5 and 10 for
+# section 6. The extension at the end takes about 15 minutes more and carries no points.
 #
 # **Conventions of this lab** (every cell relies on them):
 # - a batch of token rows is (B, T, d_model); heads are (B, H, T, d_head) with
 #   d_head = d_model / H; head h owns channels [h·d_head, (h+1)·d_head) of every token;
 # - **a mask is True where attention is allowed**, broadcastable to the scores
 #   (B, H, T_q, T_k). `torch.nn.MultiheadAttention` uses the opposite convention;
-# - a matmul (m, k) @ (k, n) costs 2·m·k·n FLOPs (one multiply and one add per term).
+# - a matmul (m, k) @ (k, n) costs 2·m·k·n FLOPs (one multiply and one add per term);
+# - RoPE's layout is always named: `"interleaved"` pairs channels (2i, 2i + 1), `"half"` pairs
+#   (i, i + d/2).
 #
 # **Grading.** Cells with points are graded. Visible tests run as you go; hidden tests run when
 # your notebook is graded, on fresh random inputs of other shapes. A failing test names the
@@ -380,6 +389,223 @@ unit = pe / np.linalg.norm(pe, axis=-1, keepdims=True)  # (64, 16) unit rows
 attention_heatmap(unit @ unit.T, vmin=None, vmax=None, annotate=False, cmap="magma",
                   title="cos(PE(p), PE(q)), d_model = 16").set(xlabel="position q", ylabel="position p")
 plt.show()
+
+# %% [markdown]
+# ### Rotary positions (RoPE)
+#
+# Most current open models (Llama, Mistral, Qwen, ...) add nothing to the token vectors.
+# **Rotary position embeddings** (Su et al., RoFormer, 2021) instead *rotate* every query and key
+# inside each head, by an angle that grows with the token's position. The channels of a head
+# (width d = d_head, even) are cut into d/2 pairs; pair i of the vector at position p turns by
+# the angle p·θᵢ, with the same frequencies as the sinusoids above:
+#
+# $$\theta_i = \text{base}^{-2i/d},\quad \text{base} = 10000,\qquad
+# \begin{pmatrix} y_1 \\ y_2 \end{pmatrix} =
+# \begin{pmatrix} \cos p\theta_i & -\sin p\theta_i \\ \sin p\theta_i & \cos p\theta_i \end{pmatrix}
+# \begin{pmatrix} x_1 \\ x_2 \end{pmatrix}$$
+#
+# A rotation keeps lengths, and two rotations of the same plane compose by adding angles. So
+# the score of a query at position m with a key at position n is
+# (R_m q)·(R_n k) = q·(R_{n−m} k): **it depends on the positions only through n − m**. Values
+# are not rotated, and nothing is added to x.
+#
+# **Which channels form a pair** is where implementations differ, and both layouts are in use:
+#
+# | layout | pair i is channels | used by |
+# |---|---|---|
+# | `"interleaved"` | (2i, 2i + 1) | the RoFormer paper; Meta's original Llama (`apply_rotary_emb` in `llama/model.py`, as complex numbers) |
+# | `"half"` | (i, i + d/2) | Hugging Face transformers (`rotate_half` and `apply_rotary_pos_emb` in `modeling_llama.py`), GPT-NeoX |
+#
+# They are the same rotation with the channels listed in another order: permuting the
+# channels as perm = (0, 2, 4, ..., 1, 3, 5, ...) maps the interleaved layout onto the
+# half-split one, which is how Llama checkpoints are converted between the two codebases (the
+# rows of W_Q and W_K are permuted). A checkpoint read in the wrong layout runs without any
+# error and computes garbage, so a function must say which layout it means.
+#
+# Write `apply_rope` for **both layouts** (they differ only in which channels you pair up and
+# how you put the pairs back: a line or two each). The angle is `positions[t] * theta_i`, where
+# `positions` holds the *absolute* position of each row: `torch.arange(T)` for a whole
+# sequence, or `torch.tensor([p])` for a single new token at position p during cached decoding.
+# Compute the angles in float64 and cast cos and sin to x's dtype.
+
+# %% nbgrader={"grade_id": "apply_rope", "solution": true}
+def apply_rope(x, positions, layout="interleaved", base=10000.0):
+    """Rotate each channel pair of x by the angle positions[t] * base^(-2i/d).
+
+    Args:
+        x: (..., T, d) float tensor, d even: queries or keys of one or more heads, e.g. (B, H, T, d_head).
+        positions: (T,) integer tensor: the absolute position of each of the T rows.
+        layout: "interleaved" (pair i is channels 2i, 2i + 1) or "half" (pair i is channels i, i + d/2).
+        base: the frequency base (10000 in the paper and in Llama 1 and 2).
+
+    Returns:
+        (..., T, d) tensor of x's dtype: the rotated vectors, channels in the same layout.
+    """
+    ### BEGIN SOLUTION
+    if layout not in ("interleaved", "half"):
+        raise ValueError(f"layout must be 'interleaved' or 'half', not {layout!r}")
+    d = x.shape[-1]
+    pair = torch.arange(d // 2, dtype=torch.float64)  # (d/2,) pair index i
+    theta = base ** (-2 * pair / d)  # (d/2,) frequencies theta_i
+    angle = torch.as_tensor(positions, dtype=torch.float64)[:, None] * theta  # (T, d/2)
+    cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)  # (T, d/2) each
+    if layout == "interleaved":
+        x1, x2 = x[..., 0::2], x[..., 1::2]  # (..., T, d/2) each: pair i = channels (2i, 2i + 1)
+    else:
+        x1, x2 = x[..., : d // 2], x[..., d // 2:]  # (..., T, d/2) each: pair i = channels (i, i + d/2)
+    y1 = x1 * cos - x2 * sin  # (..., T, d/2)
+    y2 = x1 * sin + x2 * cos  # (..., T, d/2)
+    if layout == "interleaved":
+        return torch.stack([y1, y2], dim=-1).flatten(-2)  # (..., T, d/2, 2) -> (..., T, d)
+    return torch.cat([y1, y2], dim=-1)  # (..., T, d)
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_apply_rope", "points": 1}
+# Hand-sized: d = 4, unit vectors at position 1. Pair 0 turns by 1 radian, pair 1 by 10000^(-2/4) = 0.01.
+eye4 = torch.eye(4, dtype=torch.float64)  # (4, 4): row c is the unit vector of channel c
+at1 = torch.tensor([1])  # (1,): one row at position 1
+c1, s1, c01, s01 = math.cos(1), math.sin(1), math.cos(0.01), math.sin(0.01)
+expect_close(apply_rope(eye4[:1], at1, "interleaved"), [[c1, s1, 0, 0]], "apply_rope(e_0, [1], 'interleaved')",
+             atol=1e-12, hint="Interleaved: channel 0 pairs with channel 1 and turns to (cos 1, sin 1). "
+                              "(cos 1, 0, sin 1, 0) is the half-split layout; (sin 1, cos 1, ...) swaps sin and cos.")
+expect_close(apply_rope(eye4[:1], at1, "half"), [[c1, 0, s1, 0]], "apply_rope(e_0, [1], 'half')", atol=1e-12,
+             hint="Half-split: channel i pairs with channel i + d/2, so e_0 turns into channels 0 and 2.")
+expect_close(apply_rope(eye4[2:3], at1, "interleaved"), [[0, 0, c01, s01]], "apply_rope(e_2, [1], 'interleaved')",
+             atol=1e-12, hint="Pair 1 turns by theta_1 = 10000^(-2 * 1 / 4) = 0.01 radians; "
+                              "10000^(-1/4) = 0.1 would be the exponent i / d instead of 2i / d.")
+
+# %% [markdown]
+# The properties that make RoPE a *relative* position code, in float64 on random vectors: the
+# identity at position 0, lengths kept, every score unchanged when both positions move by the
+# same amount, the permutation between the layouts, and one token at position p rotated alone
+# exactly as it is inside the whole sequence (what cached decoding relies on).
+
+# %% nbgrader={"grade": true, "grade_id": "test_rope_properties", "points": 2}
+g = torch.Generator().manual_seed(22)
+q16 = torch.randn(2, 16, 8, generator=g, dtype=torch.float64)  # (H = 2, T = 16, d = 8) queries
+k16 = torch.randn(2, 16, 8, generator=g, dtype=torch.float64)  # (2, 16, 8) keys
+pos16 = torch.arange(16)  # (16,)
+for layout in ("interleaved", "half"):
+    expect_close(apply_rope(q16, torch.zeros(16, dtype=torch.long), layout), q16,
+                 f"{layout}: every row at position 0", atol=1e-12, hint="Angle 0 leaves x unchanged; rows that move mean the angles come from the row index "
+                      "(torch.arange(T)) instead of the positions argument.")
+    expect_close(apply_rope(q16, pos16, layout).norm(dim=-1), q16.norm(dim=-1), f"{layout}: lengths of the rows",
+                 atol=1e-10, hint="A rotation keeps lengths: each pair needs (x1 cos - x2 sin, x1 sin + x2 cos).")
+    base_scores = apply_rope(q16, pos16, layout) @ apply_rope(k16, pos16, layout).transpose(-2, -1)  # (2, 16, 16)
+    for shift in (3, 100, 1000):
+        shifted = apply_rope(q16, pos16 + shift, layout) @ apply_rope(k16, pos16 + shift, layout).transpose(-2, -1)
+        expect_close(shifted, base_scores, f"{layout}: all scores with both positions moved by {shift}", atol=1e-9,
+                     hint="(R_m q).(R_n k) depends only on n - m when both use the same angles p * theta_i; near "
+                          "position 1000, angles computed in float32 are off by about 1e-4: compute them in float64.")
+perm8 = torch.cat([torch.arange(0, 8, 2), torch.arange(1, 8, 2)])  # (8,): (0, 2, 4, 6, 1, 3, 5, 7)
+expect_close(apply_rope(q16[..., perm8], pos16, "half"), apply_rope(q16, pos16, "interleaved")[..., perm8],
+             "half-split RoPE of the permuted channels vs interleaved RoPE, permuted", atol=1e-12,
+             hint="Channel 2i (interleaved) is channel i (half), channel 2i + 1 is channel i + d/2: do both layouts "
+                  "use theta_i for pair i?")
+expect_close(apply_rope(q16[:, 9:10], torch.tensor([9]), "half"), apply_rope(q16, pos16, "half")[:, 9:10],
+             "row 9 rotated alone at position 9 vs inside the sequence", atol=1e-12,
+             hint="The angle must come from positions, not from the row's index in x (torch.arange(T)).")
+
+# %% nbgrader={"grade": true, "grade_id": "test_apply_rope_hidden", "points": 3}
+# Hidden tests: fresh shapes (..., T, d), both layouts, unsorted large positions, another base,
+# float32 and float64, against the grader's own rotation.
+### BEGIN HIDDEN TESTS
+from mlbook.labs.lab04_transformer_block import hidden
+hidden.check_apply_rope(apply_rope)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# **Three ways to put positions into a score**, measured. One query and one key vector
+# (content, d = 16) sit at positions m and n; the cell prints the score for (m, n) = (5, 2) and
+# for both positions moved by s. Sinusoidal: the codes are added to the vectors, and the score
+# is (q + PE_m)·(k + PE_n). RoPE: (R_m q)·(R_n k). ALiBi (Press et al., 2022) adds nothing
+# to the vectors: it subtracts slope·(m − n) from the score of a query m for a key n ≤ m
+# (one fixed slope per head; 1/2 here).
+
+# %% nbgrader={"grade_id": "positions_compared", "locked": true}
+g = torch.Generator().manual_seed(3)
+q_c, k_c = torch.randn(2, 16, generator=g, dtype=torch.float64)  # (16,) each: one query, one key
+pe_c = torch.as_tensor(np.asarray(sinusoidal_positions(1100, 16)), dtype=torch.float64)  # (1100, 16)
+scorers = {
+    "sinusoidal (added)": lambda m, n: float((q_c + pe_c[m]) @ (k_c + pe_c[n])),
+    "RoPE, half-split": lambda m, n: float(apply_rope(q_c[None], torch.tensor([m]), "half")[0]
+                                           @ apply_rope(k_c[None], torch.tensor([n]), "half")[0]),
+    "ALiBi, slope 1/2": lambda m, n: float(q_c @ k_c) - 0.5 * (m - n),
+}
+shifts = (0, 10, 100, 1000)
+print(f"{'score of (5 + s, 2 + s)':24}" + "".join(f"{'s = ' + str(s):>11}" for s in shifts) + "   spread")
+for name, score in scorers.items():
+    row = [score(5 + s, 2 + s) for s in shifts]
+    print(f"{name:24}" + "".join(f"{v:11.4f}" for v in row) + f"   {max(row) - min(row):.1e}")
+
+# %% [markdown]
+# RoPE and ALiBi give the same score wherever the pair sits; the added sinusoids do not. Their
+# own dot product PE_m·PE_n depends only on m − n (you tested it above), but the cross terms
+# q·PE_n and PE_m·k mix content with *absolute* positions. RoPE and ALiBi differ in what the
+# offset does: ALiBi subtracts a penalty that grows linearly with the distance, the same for
+# every query and key, while RoPE turns the key relative to the query, so how the score
+# changes with the distance depends on the content of q and k, frequency by frequency.
+#
+# **Cached decoding.** When a model generates one token at a time, it keeps the keys (and
+# values) of the earlier tokens in a cache (lab 6 has more on it). With RoPE the cache stores
+# keys *already rotated* at their own positions: a key's rotation does not depend on which query
+# reads it. The new token, at position t (0-based, so t is the number of cached keys), rotates
+# its query and its key by t; its key joins the cache. Meta's Llama takes the angles
+# `freqs_cis[start_pos : start_pos + seqlen]`; Hugging Face passes `position_ids`. Getting t
+# wrong by one raises no error. If every step is off by one, each score even comes out right
+# (RoPE is relative), but the prompt's keys, rotated in one pass at positions 0..P−1, no longer
+# fit the keys the steps add, and every score after the prompt is off.
+#
+# Write `rope_step_scores` with your `apply_rope`: the new token's scaled scores against every
+# cached key and its own, and the grown cache.
+
+# %% nbgrader={"grade_id": "rope_step_scores", "solution": true}
+def rope_step_scores(q_new, k_new, k_cache, layout="interleaved"):
+    """One decoding step with a cache of rotated keys.
+
+    Args:
+        q_new: (B, H, 1, d_head) the new token's query, not rotated yet.
+        k_new: (B, H, 1, d_head) the new token's key, not rotated yet.
+        k_cache: (B, H, t, d_head) the keys of positions 0..t-1, already rotated (t may be 0).
+        layout: "interleaved" or "half", as in apply_rope.
+
+    Returns:
+        scores: (B, H, 1, t + 1) the rotated query's dot products with keys 0..t, divided by sqrt(d_head);
+        k_cache: (B, H, t + 1, d_head) the cache with the new rotated key appended.
+    """
+    ### BEGIN SOLUTION
+    t = k_cache.shape[-2]  # number of cached keys = the new token's 0-based position
+    at_t = torch.tensor([t])  # (1,)
+    q = apply_rope(q_new, at_t, layout)  # (B, H, 1, d_head)
+    k_cache = torch.cat([k_cache, apply_rope(k_new, at_t, layout)], dim=-2)  # (B, H, t + 1, d_head)
+    return q @ k_cache.transpose(-2, -1) / math.sqrt(q.shape[-1]), k_cache  # (B, H, 1, t + 1)
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_rope_step", "points": 1}
+# The 16 tokens of q16, k16: the first P keys rotated in one pass (a prompt), then one step per token.
+# Each step's scores must be the new token's row of the full sequence's scores, up to its own key.
+for layout, P in (("interleaved", 0), ("half", 6)):
+    full = (apply_rope(q16, pos16, layout) @ apply_rope(k16, pos16, layout).transpose(-2, -1)
+            / math.sqrt(8))[None]  # (1, 2, 16, 16)
+    cache = apply_rope(k16[None, :, :P], torch.arange(P), layout)  # (B, H, P, d): the prompt's keys
+    for t in range(P, 16):
+        step, cache = rope_step_scores(q16[None, :, t:t + 1], k16[None, :, t:t + 1], cache, layout)
+        expect_shape(step, (1, 2, 1, t + 1), f"{layout}: scores at step {t}", "One row: keys 0..t (the cache and the new key).")
+        expect_close(step[:, :, 0], full[:, :, t, :t + 1], f"{layout}: scores of token {t} after a prompt of {P}",
+                     atol=1e-10, hint="The new token sits at position t = number of cached keys (0-based): rotate "
+                                      "BOTH its query and its key by t before the dot products, and divide by sqrt(d_head).")
+    expect_close(cache, apply_rope(k16, pos16, layout)[None], f"{layout}: the cache after 16 tokens", atol=1e-12,
+                 hint="Each cached key is rotated at its own 0-based position: append the rotated key, not the raw "
+                      "one, rotated by t = number of cached keys.")
+
+# %% nbgrader={"grade": true, "grade_id": "test_rope_step_hidden", "points": 2}
+# Hidden tests: fresh (B, H, d_head), caches of several lengths (the empty one too), both layouts.
+### BEGIN HIDDEN TESTS
+from mlbook.labs.lab04_transformer_block import hidden
+hidden.check_rope_step(rope_step_scores)
+### END HIDDEN TESTS
 
 # %% [markdown]
 # ## 4. One transformer block
@@ -778,85 +1004,6 @@ hidden.check_attention_flops(attention_flops)
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# **A full layer.** With the FFN (two (T, d) @ (d, 4d)-sized matmuls) the per-token part of a
-# layer is 24·B·T·d² FLOPs; the n × n part is still 4·B·T²·d. `attention_share` is the fraction
-# of the layer's FLOPs spent on the n × n part (a fraction between 0 and 1).
-
-# %% nbgrader={"grade_id": "attention_share", "solution": true}
-def attention_share(T, d_model):
-    """Share of one layer's forward FLOPs (attention with a 4x FFN) spent on QK^T and AV.
-
-    Returns:
-        a float in [0, 1].
-    """
-    ### BEGIN SOLUTION
-    per_token = 8 * T * d_model**2 + 16 * T * d_model**2  # attention projections + FFN
-    n_by_n = 4 * T**2 * d_model  # QK^T + AV
-    return n_by_n / (per_token + n_by_n)
-    ### END SOLUTION
-
-
-# %% nbgrader={"grade": true, "grade_id": "test_attention_share", "points": 1}
-for d_model, published in ((768, 0.47), (1024, 0.40), (4096, 0.14)):
-    share = attention_share(4096, d_model)
-    print(f"d_model = {d_model:5d}: {share:.1%} of a layer's FLOPs on the n x n part at 4,096 tokens")
-    expect_close(share, published, f"attention_share(4096, {d_model})", atol=0.005,
-                 hint="Share of the whole layer, the 4x FFN included: 4 T^2 d / (8 T d^2 + 16 T d^2 + 4 T^2 d), "
-                      "as a fraction.")
-expect_close(attention_share(6 * 1024, 1024), 0.5, "attention_share at T = 6 d_model", atol=1e-9,
-             hint="With the FFN the n x n part catches up at T = 6 d_model.")
-
-# %% nbgrader={"grade": true, "grade_id": "test_attention_share_hidden", "points": 1}
-# Hidden tests: fresh T and d_model.
-### BEGIN HIDDEN TESTS
-from mlbook.labs.lab04_transformer_block import hidden
-hidden.check_attention_share(attention_share)
-### END HIDDEN TESTS
-
-# %% nbgrader={"grade_id": "share_curves", "locked": true}
-lengths = [2**k for k in range(8, 17)]
-curves(lengths, {f"d_model = {d}": [attention_share(T, d) for T in lengths] for d in (768, 1024, 4096)},
-       xlabel="tokens T", ylabel="share of layer FLOPs in the n x n part", logx=True,
-       title="Where the n x n part takes over")
-plt.show()
-
-# %% [markdown]
-# **Where the terms cross.** Solve "n × n part = per-token part" for T, for attention alone and
-# for the full layer with its 4× FFN, and return the crossover length.
-
-# %% nbgrader={"grade_id": "crossover_length", "solution": true}
-def crossover_length(d_model, full_layer=False):
-    """The length T at which the n x n FLOPs equal the per-token FLOPs.
-
-    Args:
-        d_model: width.
-        full_layer: False for the attention layer alone, True with its 4x feed-forward network.
-
-    Returns:
-        T as a number.
-    """
-    ### BEGIN SOLUTION
-    per_token_coefficient = 24 if full_layer else 8  # per-token FLOPs / (B T d^2)
-    return per_token_coefficient * d_model / 4  # 4 B T^2 d = c B T d^2  ->  T = c d / 4
-    ### END SOLUTION
-
-
-# %% nbgrader={"grade": true, "grade_id": "test_crossover", "points": 1}
-print("d_model = 1024: attention alone crosses at", crossover_length(1024),
-      "tokens, a full layer at", crossover_length(1024, full_layer=True))
-expect_close(crossover_length(1024), 2048, "crossover_length(1024)", atol=1e-9,
-             hint="Attention alone: 4 B T^2 d = 8 B T d^2.")
-expect_close(crossover_length(1024, full_layer=True), 6144, "crossover_length(1024, full_layer=True)", atol=1e-9,
-             hint="The lesson's figure: the parts meet at n = 6 d = 6,144 tokens.")
-
-# %% nbgrader={"grade": true, "grade_id": "test_crossover_hidden", "points": 1}
-# Hidden tests: fresh widths.
-### BEGIN HIDDEN TESTS
-from mlbook.labs.lab04_transformer_block import hidden
-hidden.check_crossover_length(crossover_length)
-### END HIDDEN TESTS
-
-# %% [markdown]
 # **Memory.** A naive implementation stores the weights of every head: B·H·T² entries per
 # layer, independent of d_head, before the copy kept for the backward pass (at B = 8, H = 32,
 # T = 4,096 in bf16 that is 8.6 GB for one layer). Lab 6 counts these bytes
@@ -874,3 +1021,42 @@ ffn_weights = sum(p.numel() for p in block512.ff.parameters() if p.dim() == 2)
 attn_weights = sum(p.numel() for p in block512.attn.parameters() if p.dim() == 2)
 print(f"attention weights {attn_weights:,} = 4 d^2: {attn_weights == 4 * 512**2}")
 print(f"FFN weights       {ffn_weights:,} = 8 d^2: {ffn_weights == 8 * 512**2}")
+
+
+# %% [markdown]
+# ## Extension (ungraded): where a full layer's n × n part takes over
+#
+# Optional, about 15 minutes, no points. This used to be graded in section 6; it moved here when
+# rotary positions joined section 3, to keep the lab within about 2.5 hours: it is arithmetic on
+# top of `attention_flops`, and nothing after it depends on it.
+#
+# With the FFN (two (T, d) @ (d, 4d)-sized matmuls) the per-token part of a layer is
+# 24·B·T·d² FLOPs; the n × n part is still 4·B·T²·d. Before running the cells, work out on paper
+# (1) the fraction of a layer's FLOPs spent on the n × n part at T = 4,096 for d_model = 768,
+# 1,024 and 4,096, and (2) the length T at which the n × n part equals the per-token part, for
+# attention alone and for the full layer. The cell computes both from your `attention_flops`;
+# the lesson's values are 47 %, 40 % and 14 %, and T = 2·d_model and 6·d_model.
+
+# %% nbgrader={"grade_id": "full_layer_share", "locked": true}
+def layer_share(T, d_model):
+    """Share of one layer's forward FLOPs (attention and a 4x FFN) spent on QK^T and AV, from attention_flops."""
+    f = attention_flops(1, T, d_model)
+    ffn = 2 * (2 * T * d_model * 4 * d_model)  # two (T, d) @ (d, 4d)-sized matmuls
+    return (f["qk_t"] + f["av"]) / (f["total"] + ffn)
+
+
+for d_model, published in ((768, 0.47), (1024, 0.40), (4096, 0.14)):
+    print(f"d_model = {d_model:5d}: {layer_share(4096, d_model):.1%} of a layer's FLOPs on the n x n part "
+          f"at 4,096 tokens (lesson: {published:.0%})")
+for d_model in (512, 1024):
+    f = attention_flops(1, 1, d_model)  # per token: projections; per token and per T: QK^T + AV
+    alone = f["projections"] / (f["qk_t"] + f["av"])
+    full = (f["projections"] + 16 * d_model**2) / (f["qk_t"] + f["av"])
+    print(f"d_model = {d_model}: the parts meet at T = {alone:.0f} (attention alone) and {full:.0f} (full layer)")
+
+# %% nbgrader={"grade_id": "share_curves", "locked": true}
+lengths = [2**k for k in range(8, 17)]
+curves(lengths, {f"d_model = {d}": [layer_share(T, d) for T in lengths] for d in (768, 1024, 4096)},
+       xlabel="tokens T", ylabel="share of layer FLOPs in the n x n part", logx=True,
+       title="Where the n x n part takes over")
+plt.show()

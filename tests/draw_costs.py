@@ -30,6 +30,9 @@ COSTS: dict[str, dict[str, float]] = {
         "test_mha_matches_torch": 0.005,
         "test_mha_params": 0.024,
         "test_mha_hidden": 0.01,
+        "test_rope_properties": 0.062,
+        "test_rope_step": 0.022,
+        "test_rope_step_hidden": 0.003,
         "test_block_hidden": 0.013,
     },
     "lab05_entropy_collapse": {

@@ -13,6 +13,12 @@ COVERED_BY = {
     "test_mha_matches_torch": ("test_mha_hidden",),
     # MultiHeadAttention's parameter count, for several numbers of heads: check_mha.
     "test_mha_params": ("test_mha_hidden",),
+    # apply_rope's hand-sized rotations: check_apply_rope (named here for the record; it is the default).
+    "test_apply_rope": ("test_apply_rope_hidden",),
+    # apply_rope's properties (identity at 0, norms, shift invariance, layout permutation): check_apply_rope.
+    "test_rope_properties": ("test_apply_rope_hidden",),
+    # rope_step_scores over a whole sequence, built on the student's apply_rope: both checks.
+    "test_rope_step": ("test_rope_step_hidden", "test_apply_rope_hidden"),
     # the lesson block's output shape and post-LN row statistics: check_block.
     "test_block_shape_norm": ("test_block_hidden",),
     # permutation equivariance of the block, broken by sinusoidal positions: check_block.

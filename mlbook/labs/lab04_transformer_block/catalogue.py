@@ -8,6 +8,8 @@ from ..kit import Alternative, Mutant, patch
 
 _MHA_CELLS = ("test_mha_matches_torch", "test_mha_hidden")
 _BACKWARD_CELLS = ("test_attention_backward", "test_attention_backward_hidden")
+_ROPE_CELLS = ("test_apply_rope", "test_apply_rope_hidden")
+_ROPE_STEP_CELLS = ("test_rope_step", "test_rope_step_hidden")
 
 MUTANTS = [
     Mutant(name="direct-view-split",
@@ -78,11 +80,32 @@ MUTANTS = [
            cells={"attention_flops": (patch("projections = 4 * 2 * B", "projections = 4 * B"),
                                       patch("qk_t = 2 * B", "qk_t = B"), patch("av = 2 * B", "av = B"))},
            must_fail=("test_attention_flops", "test_attention_flops_hidden"), message=r"2 m k n"),
-    Mutant(name="share-without-ffn",
-           misconception="the n x n share computed for the attention sublayer alone, forgetting the 4x FFN",
-           cells={"attention_share": patch(" + 16 * T * d_model**2  # attention projections + FFN",
-                                           "  # attention projections")},  # the FFN's 16 T d^2 left out
-           must_fail=("test_attention_share", "test_attention_share_hidden"), message=r"FFN"),
+    Mutant(name="rope-query-unrotated",
+           misconception="cached RoPE: the new key rotated, the new query not (keys rotated but not queries)",
+           cells={"rope_step_scores": patch("q = apply_rope(q_new, at_t, layout)", "q = q_new")},
+           must_fail=_ROPE_STEP_CELLS, message=r"query", demo=True),
+    Mutant(name="rope-offset-off-by-one",
+           misconception="cached RoPE: the new token rotated by t + 1 (its 1-based index) instead of its "
+                         "0-based position t",
+           cells={"rope_step_scores": patch("at_t = torch.tensor([t])", "at_t = torch.tensor([t + 1])")},
+           must_fail=_ROPE_STEP_CELLS, message=r"0-based"),
+    Mutant(name="rope-wrong-layout",
+           misconception="the layouts exchanged: 'interleaved' asked, channels (i, i + d/2) paired (and vice versa)",
+           cells={"apply_rope": patch('    if layout == "interleaved":\n', '    if layout == "half":\n', count=2)},
+           must_fail=_ROPE_CELLS, message=r"layout"),
+    Mutant(name="rope-frequencies-without-two",
+           misconception="RoPE frequencies base^(-i/d) instead of base^(-2i/d)",
+           cells={"apply_rope": patch("theta = base ** (-2 * pair / d)", "theta = base ** (-pair / d)")},
+           must_fail=_ROPE_CELLS, message=r"2i ?/ ?d"),
+    Mutant(name="rope-sin-cos-swapped", misconception="sin and cos exchanged in the rotation of each pair",
+           cells={"apply_rope": (patch("y1 = x1 * cos - x2 * sin", "y1 = x1 * sin - x2 * cos"),
+                                 patch("y2 = x1 * sin + x2 * cos", "y2 = x1 * cos + x2 * sin"))},
+           must_fail=_ROPE_CELLS, message=r"sin and cos"),
+    Mutant(name="rope-row-index",
+           misconception="RoPE angles from the row index (arange(T)) instead of the positions argument",
+           cells={"apply_rope": patch("torch.as_tensor(positions, dtype=torch.float64)[:, None]",
+                                      "torch.arange(x.shape[-2], dtype=torch.float64)[:, None]")},
+           must_fail=("test_rope_properties", "test_apply_rope_hidden"), message=r"row index"),
 ]
 
 ALTERNATIVES = [
@@ -239,19 +262,66 @@ ALTERNATIVES = [
         return (self.ln2(h + f) if self.residual else self.ln2(f)), w
 ''',
                 }),
-    Alternative(name="cost-from-flops",
-                description="attention_share and crossover_length derived from attention_flops by search and ratio",
+    Alternative(name="rope-complex",
+                description="RoPE as complex multiplication (torch.polar, view_as_complex, as Meta's llama does), "
+                            "the half-split layout by permuting the channels to interleaved and back",
+                cells={"apply_rope": '''def apply_rope(x, positions, layout="interleaved", base=10000.0):
+    d = x.shape[-1]
+    freqs = 1.0 / base ** (torch.arange(0, d, 2, dtype=torch.float64) / d)
+    angle = torch.outer(torch.as_tensor(positions).to(torch.float64), freqs)
+    rot = torch.polar(torch.ones_like(angle), angle)
+    if layout == "half":
+        to_inter = torch.stack([torch.arange(d // 2), torch.arange(d // 2) + d // 2], dim=-1).flatten()
+        x = x[..., to_inter]
+    z = torch.view_as_complex(x.to(torch.float64).contiguous().reshape(*x.shape[:-1], d // 2, 2))
+    y = torch.view_as_real(z * rot).flatten(-2).to(x.dtype)
+    if layout == "half":
+        y = y[..., torch.argsort(to_inter)]
+    return y
+'''}),
+    Alternative(name="rope-rotation-matrices",
+                description="explicit 2x2 rotation matrices applied with einsum; rotate_half-style step with a "
+                            "positions vector and matmul for the scores",
                 cells={
-                    "attention_share": '''def attention_share(T, d_model):
-    f = attention_flops(1, T, d_model)
-    ffn = 2 * (2 * T * d_model * 4 * d_model)
-    return (f["qk_t"] + f["av"]) / (f["total"] + ffn)
+                    "apply_rope": '''def apply_rope(x, positions, layout="interleaved", base=10000.0):
+    d = x.shape[-1]
+    i = np.arange(d // 2)
+    ang = np.asarray(positions, dtype=np.float64)[:, None] * base ** (-2.0 * i / d)
+    c, s = np.cos(ang), np.sin(ang)
+    R = torch.as_tensor(np.stack([np.stack([c, -s], -1), np.stack([s, c], -1)], -2), dtype=x.dtype)
+    if layout == "interleaved":
+        idx = torch.as_tensor(np.stack([2 * i, 2 * i + 1], -1))
+    else:
+        idx = torch.as_tensor(np.stack([i, i + d // 2], -1))
+    pairs = x[..., idx]
+    out = torch.einsum("tpab,...tpb->...tpa", R, pairs)
+    y = torch.empty_like(x)
+    y[..., idx] = out
+    return y
 ''',
-                    "crossover_length": '''def crossover_length(d_model, full_layer=False):
-    f = attention_flops(1, 1, d_model)
-    per_token = f["projections"] + (16 * d_model**2 if full_layer else 0)
-    n_by_n_per_t = f["qk_t"] + f["av"]
-    return per_token / n_by_n_per_t
+                    "rope_step_scores": '''def rope_step_scores(q_new, k_new, k_cache, layout="interleaved"):
+    pos = torch.full((1,), k_cache.size(2), dtype=torch.long)
+    q = apply_rope(q_new, pos, layout)
+    k = apply_rope(k_new, pos, layout)
+    keys = torch.cat((k_cache, k), dim=2)
+    scores = torch.einsum("bhqd,bhkd->bhqk", q, keys) * q.size(-1) ** -0.5
+    return scores, keys
 ''',
                 }),
+    Alternative(name="rope-rotate-half",
+                description="Hugging Face's form, x * cos + rotate(x) * sin with cos and sin repeated per channel; "
+                            "interleaved through a rotate-every-two",
+                cells={"apply_rope": '''def apply_rope(x, positions, layout="interleaved", base=10000.0):
+    d = x.shape[-1]
+    inv_freq = 1.0 / (base ** (torch.arange(0, d, 2, dtype=torch.int64).double() / d))
+    freqs = torch.as_tensor(positions).double()[:, None] * inv_freq[None, :]
+    if layout == "half":
+        emb = torch.cat((freqs, freqs), dim=-1)
+        x1, x2 = x[..., : d // 2], x[..., d // 2 :]
+        rotated = torch.cat((-x2, x1), dim=-1)
+    else:
+        emb = torch.repeat_interleave(freqs, 2, dim=-1)
+        rotated = torch.stack((-x[..., 1::2], x[..., 0::2]), dim=-1).reshape(x.shape)
+    return x * emb.cos().to(x.dtype) + rotated * emb.sin().to(x.dtype)
+'''}),
 ]

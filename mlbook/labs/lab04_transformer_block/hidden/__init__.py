@@ -7,6 +7,7 @@ Conventions (the lab's, restated once here):
 - Heads own contiguous channels: head h of a (B, T, d_model) tensor is channels
   [h * d_head, (h + 1) * d_head) of every token.
 - FLOPs count a (m, k) @ (k, n) matmul as 2 m k n (a multiply and an add).
+- RoPE layouts: "interleaved" pairs channels (2i, 2i + 1), "half" pairs (i, i + d/2).
 
 Every check draws fresh inputs (``fresh_rng``) with other shapes than the notebook's, computes
 the grader's own reference here (the kit's NumPy maths, torch.nn.MultiheadAttention and torch
@@ -23,28 +24,30 @@ The notebook calls ``hidden.check_x(...)``; the checks live by graded function i
 - ``heads``      split_heads and merge_heads;
 - ``mha``        MultiHeadAttention and load_from_torch, against torch.nn.MultiheadAttention;
 - ``positions``  sinusoidal_positions;
+- ``rope``       apply_rope (both layouts) and rope_step_scores (one cached decoding step);
 - ``block``      the TransformerBlock's wiring;
 - ``backward``   the NumPy attention_forward, attention_backward and score_bias_grad;
-- ``flops``      the cost questions: FLOPs, the n x n share, the matrix's bytes, crossovers;
+- ``flops``      the cost question: FLOPs of one attention layer;
 and ``_common`` holds what they share.
 """
 
 from .backward import check_attention_backward, check_attention_forward, check_score_bias_grad
 from .block import check_block
-from .flops import check_attention_flops, check_attention_share, check_crossover_length
+from .flops import check_attention_flops
 from .heads import check_heads
 from .mha import check_mha
 from .positions import check_sinusoidal
+from .rope import check_apply_rope, check_rope_step
 
 __all__ = [
     "check_heads",
     "check_mha",
     "check_sinusoidal",
+    "check_apply_rope",
+    "check_rope_step",
     "check_block",
     "check_attention_forward",
     "check_attention_backward",
     "check_score_bias_grad",
     "check_attention_flops",
-    "check_attention_share",
-    "check_crossover_length",
 ]

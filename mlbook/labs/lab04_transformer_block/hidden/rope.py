@@ -1,0 +1,223 @@
+"""Rotary positions: apply_rope (both layouts) and rope_step_scores (one cached decoding step).
+
+The grader's rotation is written here in NumPy with complex numbers, independently of the
+notebook's slicing: pair i of a row at position p is the complex number x1 + i x2 and is
+multiplied by exp(i p theta_i), theta_i = base^(-2i/d). The layouts name the pairs:
+"interleaved" pairs channels (2i, 2i + 1) (RoFormer, Meta's llama/model.py), "half" pairs
+(i, i + d/2) (Hugging Face's rotate_half). tests/test_rope_convention.py ties this reference to
+both published formulas.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import numpy as np
+import torch
+
+from ...kit import array, call_student, close, data_array, diagnose, fail, first_bad, fresh_rng, items
+from ._common import view_error
+
+__all__ = ["check_apply_rope", "check_rope_step", "rope_reference"]
+
+LAYOUTS = ("interleaved", "half")
+_OTHER = {"interleaved": "half", "half": "interleaved"}
+_F64 = dict(atol=1e-9, rtol=1e-9)  # a correct float64 answer with its angles in float64
+_F32 = dict(atol=2e-4, rtol=2e-4)  # a float32 answer at positions below 300
+
+
+def _pairs(x: np.ndarray, layout: str) -> tuple[np.ndarray, np.ndarray]:
+    """The two members of every channel pair, (..., T, d/2) each."""
+    d = x.shape[-1]
+    if layout == "interleaved":
+        return x[..., 0::2], x[..., 1::2]
+    return x[..., : d // 2], x[..., d // 2:]
+
+
+def _unpairs(y1: np.ndarray, y2: np.ndarray, layout: str) -> np.ndarray:
+    """Channel pairs put back in the layout's order: (..., T, d)."""
+    if layout == "interleaved":
+        return np.stack([y1, y2], axis=-1).reshape(*y1.shape[:-1], 2 * y1.shape[-1])
+    return np.concatenate([y1, y2], axis=-1)
+
+
+def rope_reference(x, positions, layout: str, base: float = 10000.0, variant: str | None = None) -> np.ndarray:
+    """The grader's RoPE (float64), or what a known mistake computes (``variant``).
+
+    Args:
+        x: (..., T, d) array, d even.
+        positions: (T,) integers.
+    Returns:
+        (..., T, d) float64.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    T, d = x.shape[-2], x.shape[-1]
+    pos = np.asarray(positions, dtype=np.float64)  # (T,)
+    i = np.arange(d // 2, dtype=np.float64)  # (d/2,)
+    expo = i / d if variant == "no_two" else 2 * i / d  # (d/2,)
+    if variant == "row_index":
+        pos = np.arange(T, dtype=np.float64)
+    elif variant == "one_based":
+        pos = pos + 1
+    theta = (10000.0 if variant == "base_ignored" else base) ** -expo  # (d/2,)
+    angle = pos[:, None] * theta  # (T, d/2)
+    if variant == "reversed":
+        angle = -angle
+    if variant == "float32_angles":
+        angle = (pos.astype(np.float32)[:, None] * theta.astype(np.float32)).astype(np.float64)  # (T, d/2)
+    pair_layout = _OTHER[layout] if variant == "other_layout" else layout
+    x1, x2 = _pairs(x, pair_layout)  # (..., T, d/2) each
+    if variant == "swapped":  # cos and sin exchanged in the rotation's formulas
+        return _unpairs(x1 * np.sin(angle) - x2 * np.cos(angle), x1 * np.cos(angle) + x2 * np.sin(angle), pair_layout)
+    z = (x1 + 1j * x2) * np.exp(1j * angle)  # (..., T, d/2) complex: each pair turned by its angle
+    return _unpairs(z.real, z.imag, pair_layout)
+
+
+ROPE_VARIANTS = {
+    "other_layout": "the other layout was used: 'interleaved' pairs channels (2i, 2i + 1), 'half' pairs channels "
+                    "(i, i + d/2); check which pairs your {layout!r} branch takes and how it puts them back",
+    "no_two": "the frequencies are base^(-i/d); RoPE's are theta_i = base^(-2i/d) for pair i",
+    "swapped": "sin and cos are swapped: pair (x1, x2) turns into (x1 cos - x2 sin, x1 sin + x2 cos)",
+    "reversed": "the rotation goes the wrong way (angle -p theta_i): the first member gets x1 cos - x2 sin, "
+                "the second x1 sin + x2 cos",
+    "row_index": "the angles come from the row index (torch.arange(T)), not from the positions argument: a single "
+                 "token at position p (cached decoding) would not be rotated by p",
+    "one_based": "positions are off by one (p + 1): the first token, at position 0, is not rotated",
+    "base_ignored": "the base argument was ignored (10000 used instead)",
+    "float32_angles": "the angles were computed in float32: at positions of a few thousand they are off by about "
+                      "1e-4 radians; compute positions * theta_i in float64",
+}
+
+
+def _rope_cases(rng: np.random.Generator) -> list[dict]:
+    """Fresh shapes: 4-D and 2-D inputs, both layouts, unsorted large positions, one row alone,
+    another base, and a float32 input."""
+    def even(lo, hi):
+        return 2 * int(rng.integers(lo, hi))
+
+    B, H, T = int(rng.integers(1, 4)), int(rng.integers(1, 4)), int(rng.integers(3, 12))
+    T2 = int(rng.integers(5, 20))
+    first = rng.choice(["interleaved", "half"])
+    second = _OTHER[str(first)]
+    return [
+        dict(shape=(B, H, T, even(2, 12)), layout=str(first), positions=rng.choice(6000, T, replace=False),
+             base=10000.0, dtype=torch.float64),
+        dict(shape=(T2, even(2, 12)), layout=second, positions=rng.choice(6000, T2, replace=False),
+             base=10000.0, dtype=torch.float64),
+        dict(shape=(B, 1, even(3, 10)), layout=str(first), positions=rng.integers(100, 4000, 1),
+             base=10000.0, dtype=torch.float64),
+        dict(shape=(B, T, even(2, 10)), layout=second, positions=rng.integers(0, 300, T),
+             base=float(rng.choice([500.0, 1e6])), dtype=torch.float64),
+        dict(shape=(B, H, T, even(2, 10)), layout=str(first), positions=rng.permutation(T), base=10000.0,
+             dtype=torch.float32),
+    ]
+
+
+def check_apply_rope(apply_rope: Callable) -> None:
+    """apply_rope(x, positions, layout, base) on fresh shapes and positions, both layouts."""
+    rng = fresh_rng()
+    for case in _rope_cases(rng):
+        x = torch.as_tensor(rng.normal(size=case["shape"]), dtype=case["dtype"])  # (..., T, d)
+        positions = torch.as_tensor(np.asarray(case["positions"], dtype=np.int64))  # (T,)
+        layout, base = case["layout"], case["base"]
+        what = (f"apply_rope(x of shape {tuple(case['shape'])} {str(case['dtype']).replace('torch.', '')}, "
+                f"positions {positions[:4].tolist()}{' ...' if len(positions) > 4 else ''}, {layout!r}"
+                + (f", base={base:g})" if base != 10000.0 else ")"))
+        got = call_student(apply_rope, x, positions, layout, base, what=what, named=view_error)
+        raw = data_array(got)
+        y = array(got, what, shape=case["shape"],
+                  hint="Return a tensor of x's shape (..., T, d): the rotated rows, in the same layout.")
+        if raw is not None and case["dtype"] == torch.float64 and raw.dtype != np.float64:
+            fail(what, f"returned {raw.dtype} for a float64 input",
+                 "Keep x's dtype: compute the angles in float64 and cast cos and sin to x.dtype.")
+        ref = rope_reference(x.numpy(), positions.numpy(), layout, base)
+        tol = _F64 if case["dtype"] == torch.float64 else _F32
+        if close(y, ref, **tol):
+            continue
+        variants = {msg.format(layout=layout): (lambda v=v: rope_reference(x.numpy(), positions.numpy(), layout,
+                                                                           base, v))
+                    for v, msg in ROPE_VARIANTS.items() if v != "float32_angles"}
+        found = diagnose(y, variants, **tol)
+        if found is None and close(y, ref, atol=5e-3, rtol=5e-3):
+            found = ROPE_VARIANTS["float32_angles"]
+        if found is None and close(y, x.numpy(), atol=1e-6, rtol=1e-6):
+            found = "x came back unrotated"
+        norms_kept = close(np.linalg.norm(y, axis=-1), np.linalg.norm(ref, axis=-1), atol=1e-4, rtol=1e-4)
+        fail(what, found or (f"values differ from the rotation of pair i by positions[t] * base^(-2i/d) "
+                             f"({first_bad(y, ref, tol['atol'], tol['rtol'])})"
+                             + ("" if norms_kept else "; the rows' lengths changed, so this is not a rotation")))
+
+
+# ---------------------------------------------------------------------------- cached decoding
+
+
+def _step_reference(q, k, cache, layout: str, variant: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Scores (B, H, 1, t + 1) and the grown cache (B, H, t + 1, d), or what a known mistake returns."""
+    t, d = cache.shape[-2], q.shape[-1]
+    p = {"plus_one": t + 1, "minus_one": t - 1}.get(variant, t)
+    lay = _OTHER[layout] if variant == "other_layout" else layout
+    q_rot = q if variant == "query_unrotated" else rope_reference(q, [p], lay)  # (B, H, 1, d)
+    k_rot = k if variant == "key_unrotated" else rope_reference(k, [p], lay)  # (B, H, 1, d)
+    keys = np.concatenate([cache, k_rot], axis=-2)  # (B, H, t + 1, d)
+    scale = {"no_scale": 1.0, "scale_d": float(d)}.get(variant, math.sqrt(d))
+    return q_rot @ np.swapaxes(keys, -1, -2) / scale, keys
+
+
+STEP_VARIANTS = {
+    "query_unrotated": "the keys were rotated but the query was not: rotate the new query by t too, or every score "
+                       "mixes a rotated key with an unrotated query",
+    "key_unrotated": "the new token's key was not rotated before it joined the cache: the cache must hold rotated keys",
+    "plus_one": "the new token was rotated by t + 1, one position too far: with t cached keys (positions 0..t-1) "
+                "the new token's 0-based position is t, off by one",
+    "minus_one": "the new token was rotated by t - 1, one position short: with t cached keys (positions 0..t-1) "
+                 "the new token's 0-based position is t, off by one",
+    "other_layout": "the other RoPE layout was used: pass the layout argument on to apply_rope",
+    "no_scale": "the scores were not divided by sqrt(d_head)",
+    "scale_d": "the scores were divided by d_head instead of sqrt(d_head)",
+}
+
+
+def check_rope_step(rope_step_scores: Callable) -> None:
+    """rope_step_scores(q_new, k_new, k_cache, layout) for caches of 0, a few and many keys."""
+    rng = fresh_rng()
+    B, H = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+    d = 2 * int(rng.integers(2, 9))
+    first = str(rng.choice(LAYOUTS))
+    for t, layout in ((0, first), (int(rng.integers(1, 5)), _OTHER[first]), (int(rng.integers(5, 40)), first)):
+        q = rng.normal(size=(B, H, 1, d))  # (B, H, 1, d) the new token's query
+        k = rng.normal(size=(B, H, 1, d))  # (B, H, 1, d) its key
+        cache = rope_reference(rng.normal(size=(B, H, t, d)), np.arange(t), layout)  # (B, H, t, d) rotated keys
+        what = f"rope_step_scores with a cache of {t} keys (B = {B}, H = {H}, d_head = {d}, {layout!r})"
+        res = items(call_student(rope_step_scores, torch.as_tensor(q), torch.as_tensor(k), torch.as_tensor(cache),
+                                 layout, what=what, named=view_error), 2, what, "the pair (scores, k_cache)")
+        scores = array(res[0], f"{what}: scores", shape=(B, H, 1, t + 1),
+                       hint="One row of scores per head: the new query against keys 0..t (the cache and its own key).")
+        grown = array(res[1], f"{what}: the returned cache", shape=(B, H, t + 1, d),
+                      hint="Return the cache with the new rotated key appended along the time axis (dim=-2).")
+        ref_scores, ref_cache = _step_reference(q, k, cache, layout)
+        if not close(scores, ref_scores, atol=1e-10, rtol=1e-10):
+            found = diagnose(scores, {msg: (lambda v=v: _step_reference(q, k, cache, layout, v)[0])
+                                      for v, msg in STEP_VARIANTS.items()}, atol=1e-10, rtol=1e-10)
+            fail(f"{what}: scores", found or (
+                "they differ from (R_t q) . [cache, R_t k] / sqrt(d_head) "
+                f"({first_bad(scores, ref_scores, 1e-10, 1e-10)}); does apply_rope pass its own tests?"))
+        if not close(grown, ref_cache, atol=1e-12, rtol=1e-12):
+            found = diagnose(grown, {
+                "the new key was appended unrotated: rotate it by t before it joins the cache":
+                    lambda: _step_reference(q, k, cache, layout, "key_unrotated")[1],
+                "the new key was rotated by t + 1: with t cached keys (positions 0..t-1) the new token's 0-based "
+                "position is t, off by one (the scores of a step cannot show it, RoPE being relative, but the cache "
+                "no longer matches keys rotated in one pass over the prompt)":
+                    lambda: _step_reference(q, k, cache, layout, "plus_one")[1],
+                "the new key was rotated by t - 1: with t cached keys (positions 0..t-1) the new token's 0-based "
+                "position is t, off by one":
+                    lambda: _step_reference(q, k, cache, layout, "minus_one")[1],
+                "the new key was rotated in the other layout: pass the layout argument on to apply_rope":
+                    lambda: _step_reference(q, k, cache, layout, "other_layout")[1],
+                "the new key was put first: append it after the cached keys (positions stay in order)":
+                    lambda: np.concatenate([ref_cache[..., -1:, :], cache], axis=-2),
+            }, atol=1e-12, rtol=1e-12)
+            fail(f"{what}: the returned cache", found or
+                 (f"it is not the old cache followed by the new rotated key ({first_bad(grown, ref_cache, 1e-12, 1e-12)}); "
+                          "does apply_rope pass its own tests?"))
