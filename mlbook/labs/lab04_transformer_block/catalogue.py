@@ -280,8 +280,8 @@ ALTERNATIVES = [
     return y
 '''}),
     Alternative(name="rope-rotation-matrices",
-                description="explicit 2x2 rotation matrices applied with einsum; rotate_half-style step with a "
-                            "positions vector and matmul for the scores",
+                description="explicit 2x2 rotation matrices applied with einsum on index-gathered pairs; the step "
+                            "with torch.full positions and einsum scores",
                 cells={
                     "apply_rope": '''def apply_rope(x, positions, layout="interleaved", base=10000.0):
     d = x.shape[-1]
