@@ -660,7 +660,9 @@ class TransformerBlock(nn.Module):
 # Two heads, d_model = 8, d_ff = 32, seeded random weights (nothing is trained). The graded
 # cells below check, in order: the output shape and the normalised rows; that permuting the
 # tokens only permutes the outputs without positions, and no longer does with positions; that
-# with a causal mask, changing the last token leaves every earlier output unchanged.
+# with a causal mask, changing the last token leaves every earlier output unchanged. (The
+# lesson's own check prints "with positions - still only permutes: False": the label reads as a
+# claim, but False is the point, the same one your second check makes.)
 
 # %% nbgrader={"grade_id": "lesson_block", "locked": true}
 def run(block, x, mask=None):
@@ -941,6 +943,13 @@ from mlbook.labs.lab04_transformer_block import hidden
 hidden.check_attention_backward(attention_forward, attention_backward)
 ### END HIDDEN TESTS
 
+# %% [markdown]
+# **What the backward costs.** Count the matmuls you just wrote: dV = Aᵀ dY, dA = dY Vᵀ,
+# dQ = dS K, dK = dSᵀ Q, four of the forward's sizes against its two (Q Kᵀ and A V), so the
+# backward of the n × n part is 2× its forward. FlashAttention does not keep A and recomputes
+# Q Kᵀ, a fifth matmul: 5 / 2 = 2.5×. The chapter says both "roughly twice" and "five matmuls
+# against two"; they are the two cases, not one.
+
 # %% nbgrader={"grade": true, "grade_id": "test_score_bias_grad", "points": 1}
 dB_ref = autograd_grads(Q4, K5, V5, dY4, bias=B45)[3]
 dB = score_bias_grad(dY4, attention_forward(Q4, K5, V5, bias=B45)[1])
@@ -1004,6 +1013,15 @@ hidden.check_attention_flops(attention_flops)
 ### END HIDDEN TESTS
 
 # %% [markdown]
+# **Long context.** At T = 8,192 with GPT-2 small's width, the chapter says the n × n part is
+# 6.5× the projections. The table gives (QKᵀ + AV) / projections = 4·B·T²·d / (8·B·T·d²) =
+# T / (2d) = 8,192 / 1,536 ≈ 5.33×; the next cell asks your `attention_flops`.
+
+# %% nbgrader={"grade_id": "long_context_ratio", "locked": true}
+long = attention_flops(1, 8192, 768)
+print(f"T = 8,192, d = 768: n x n part / projections = {(long['qk_t'] + long['av']) / long['projections']:.2f}")
+
+# %% [markdown]
 # **Memory.** A naive implementation stores the weights of every head: B·H·T² entries per
 # layer, independent of d_head, before the copy kept for the backward pass (at B = 8, H = 32,
 # T = 4,096 in bf16 that is 8.6 GB for one layer). Lab 6 counts these bytes
@@ -1026,9 +1044,8 @@ print(f"FFN weights       {ffn_weights:,} = 8 d^2: {ffn_weights == 8 * 512**2}")
 # %% [markdown]
 # ## Extension (ungraded): where a full layer's n × n part takes over
 #
-# Optional, about 15 minutes, no points. This used to be graded in section 6; it moved here when
-# rotary positions joined section 3, to keep the lab within about 2.5 hours: it is arithmetic on
-# top of `attention_flops`, and nothing after it depends on it.
+# Optional, about 15 minutes, no points: arithmetic on top of your `attention_flops`, and nothing
+# after it depends on it.
 #
 # With the FFN (two (T, d) @ (d, 4d)-sized matmuls) the per-token part of a layer is
 # 24·B·T·d² FLOPs; the n × n part is still 4·B·T²·d. Before running the cells, work out on paper
