@@ -18,12 +18,12 @@ Conventions of this module:
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 
-from ..kit import (array, call_student, close, diagnose, entropy, fail, first_bad, fresh_rng, number, quiet, seed,
-                   softmax)
+from ..kit import (ask_array, ask_number, compare, diagnose, entropy, fail, first_bad, fresh_rng, reproducible,
+                   seed, softmax)
 
 __all__ = [
     "check_dot_product_std",
@@ -43,23 +43,9 @@ Z_SIGMA = 5.0
 # ----------------------------------------------------------------------------- shared pieces
 
 
-def _scalar(value: Any, what: str) -> float:
-    """The student's single number: finite and real, or a failure saying what came back."""
-    return number(value, what, "Return one float: reduce over every sample at once (float(...) or .item() "
-                               "turns a one-entry array into a number); look for a log of 0 or a division by 0.")
-
-
-def _check_reproducible(call: Callable[[int], float], what: str, rng: np.random.Generator) -> None:
-    """Same seed -> same value; another seed -> another value."""
-    first_seed = seed(rng)
-    first, again, other = call(first_seed), call(first_seed), call(first_seed + 1)  # finite numbers (_scalar)
-    if not first == again:
-        fail(what, f"two calls with generators seeded alike returned {first:.6g} and {again:.6g}",
-             "Draw every random number from the rng argument (rng.standard_normal), not from "
-             "np.random.* or torch's global generator, so that a seed reproduces the result.")
-    if first == other:
-        fail(what, f"generators with different seeds both gave {first:.6g}",
-             "The rng argument seems to be ignored: draw the queries and keys from it.")
+# The advice when a student's single number is not one finite real number.
+_ONE_NUMBER = ("Return one float: reduce over every sample at once (float(...) or .item() turns a one-entry array "
+               "into a number); look for a log of 0 or a division by 0.")
 
 
 def _test_weights(rng: np.random.Generator) -> np.ndarray:
@@ -106,9 +92,7 @@ def check_dot_product_std(dot_product_std: Callable) -> None:
     d_ks = [int(rng.integers(150, 400)), int(rng.integers(30, 100)), int(rng.integers(3, 12))]
     for d_k in d_ks:
         what = f"dot_product_std(d_k={d_k}, n_pairs={n_pairs}, rng)"
-        students_rng = np.random.default_rng(seed(rng))
-        with quiet():
-            got = _scalar(call_student(dot_product_std, d_k, n_pairs, students_rng, what=what), what)
+        got = ask_number(dot_product_std, d_k, n_pairs, np.random.default_rng(seed(rng)), what=what, hint=_ONE_NUMBER)
         # Tolerance. X = q . k is a sum of d_k i.i.d. products q_c k_c with variance 1 and
         # E[(q_c k_c)^4] = E[q^4] E[k^4] = 9, i.e. excess kurtosis 6; a sum of d_k of them has
         # variance d_k and kurtosis kappa = 3 + 6 / d_k. The delta method gives the standard
@@ -118,17 +102,22 @@ def check_dot_product_std(dot_product_std: Callable) -> None:
         z = abs(got / math.sqrt(d_k) - 1.0) / rel_se
         if not z <= Z_SIGMA:
             _diagnose_spread(got, d_k, n_pairs, what, z)
-
-    def call(rng_seed: int) -> float:
-        what = "dot_product_std(d_k=7, n_pairs=500, rng)"
-        students_rng = np.random.default_rng(rng_seed)
-        with quiet():
-            return _scalar(call_student(dot_product_std, 7, 500, students_rng, what=what), what)
-
-    _check_reproducible(call, "dot_product_std(d_k=7, n_pairs=500, rng)", rng)
+    what = "dot_product_std(d_k=7, n_pairs=500, rng)"
+    reproducible(lambda g: ask_number(dot_product_std, 7, 500, g, what=what, hint=_ONE_NUMBER), what, rng)
 
 
 # ----------------------------------------------------------------------------- attention_scores
+
+
+def _scores_shape_hint(want: tuple[int, ...]) -> Callable[[tuple[int, ...]], str]:
+    """The advice for scores of another shape than ``want``, (..., T_q, T_k): transposed, or the batch axes moved."""
+    def hint(got: tuple[int, ...]) -> str:
+        if got == want[:-2] + want[-2:][::-1]:
+            return "Queries are the rows: compute Q K^T (shape (..., T_q, T_k)), not K Q^T."
+        return ("Swap only the last two axes of K (K.swapaxes(-2, -1) or K.transpose(-2, -1) in torch); K.T also "
+                "reverses the batch axes.")
+
+    return hint
 
 
 def check_attention_scores(attention_scores: Callable) -> None:
@@ -146,19 +135,10 @@ def check_attention_scores(attention_scores: Callable) -> None:
         tol = 1e-6 if Q.dtype == np.float64 else 1e-4
         for scaled in (True, False):
             what = f"attention_scores(Q of shape {Q.shape} {Q.dtype}, K of shape {K.shape}, scaled={scaled})"
-            with quiet():
-                got = array(call_student(attention_scores, Q.copy(), K.copy(), scaled=scaled, what=what), what)
+            got = ask_array(attention_scores, Q.copy(), K.copy(), scaled=scaled, what=what)
             want = raw / math.sqrt(d_k) if scaled else raw
-            if close(got, want, atol=tol, rtol=tol):
-                continue
-            if got.shape != want.shape:
-                if got.shape == want.shape[:-2] + want.shape[-2:][::-1]:
-                    fail(what, f"shape is {got.shape}",
-                         "Queries are the rows: compute Q K^T (shape (..., T_q, T_k)), not K Q^T.")
-                fail(what, f"shape is {got.shape}, expected {want.shape}",
-                     "Swap only the last two axes of K (K.swapaxes(-2, -1) or K.transpose(-2, -1) "
-                     "in torch); K.T also reverses the batch axes.")
-            message = diagnose(got, {
+            compare(got, want, what, "Each entry is q_i . k_j over the d_k components, divided by sqrt(d_k) when "
+                    "scaled=True.", atol=tol, rtol=tol, shape_hint=_scores_shape_hint(want.shape), mistakes={
                 "scores were divided by d_k instead of sqrt(d_k)": raw / d_k,
                 "scaled=True returned the raw dot products: divide by sqrt(d_k)": raw,
                 "scaled=False must return the raw dot products q . k, without dividing": raw / math.sqrt(d_k),
@@ -168,9 +148,7 @@ def check_attention_scores(attention_scores: Callable) -> None:
             } if scaled else {
                 "scaled=False must return the raw dot products q . k, without dividing": raw / math.sqrt(d_k),
                 "scaled=False divided the scores by d_k; it must return the raw dot products": raw / d_k,
-            }, atol=tol, rtol=tol)
-            fail(what, first_bad(got, want, atol=tol, rtol=tol), message or
-                 "Each entry is q_i . k_j over the d_k components, divided by sqrt(d_k) when scaled=True.")
+            })
 
 
 # ----------------------------------------------------------------------------- row_entropy
@@ -184,29 +162,25 @@ def check_row_entropy(row_entropy: Callable) -> None:
     bits = entropy(w, base=2.0)  # (2, 4)
     for base, name, want in ((2, "2", bits), (math.e, "e", nats)):
         what = f"row_entropy(weights of shape {w.shape}, base={name})"
-        with quiet():
-            # finite=False: a nan (0 log 0) is diagnosed below
-            got = array(call_student(row_entropy, w.copy(), base=base, what=what), what, finite=False)
-        if close(got, want):
-            continue
-        if got.shape != want.shape:
-            fail(what, f"shape is {got.shape}, expected {want.shape}",
-                 "One entropy per row: sum over the last axis (the keys) only.")
-        if np.isnan(got).any():
-            rows = sorted({int(i) for i in np.argwhere(np.isnan(got))[:, 1]})
-            fail(what, f"nan in rows {rows} of the 4 rows of each batch entry, which contain weights equal to 0",
-                 "0 * log 0 counts as 0: mask the zero weights (np.where) or use scipy.special.entr.")
+        got = ask_array(row_entropy, w.copy(), base=base, what=what, finite=False)  # a nan (0 log 0) is diagnosed
         other_unit = ({"an entropy in nats where bits were asked: divide the natural log by log(base)": nats}
                       if base == 2 else
                       {"an entropy in bits where nats were asked: with base=e take the natural log": bits})
-        message = diagnose(got, {
+        compare(got, want, what, "H = -sum_j a_j log(a_j) / log(base) over each row, with 0 log 0 = 0.",
+                shape_hint="One entropy per row: sum over the last axis (the keys) only.", nonfinite=_entropy_nan,
+                mistakes={
             **other_unit,
             "the entropy has the wrong sign: H = -sum a log a": -want,
             "multiplied by log(base) instead of dividing: log_b(x) = ln(x) / ln(b)": nats * math.log(base),
             "an entropy in log base 10: use the base argument": entropy(w, base=10.0),
         })
-        fail(what, first_bad(got, want, atol=1e-6, rtol=1e-6),
-             message or "H = -sum_j a_j log(a_j) / log(base) over each row, with 0 log 0 = 0.")
+
+
+def _entropy_nan(got: np.ndarray) -> tuple[str, str]:
+    """What to say of (2, 4) entropies with a nan or inf: the rows of ``_test_weights`` that hold exact zeros."""
+    rows = sorted({int(i) for i in np.argwhere(~np.isfinite(got))[:, 1]})
+    return (f"nan or inf in rows {rows} of the 4 rows of each batch entry, which contain weights equal to 0",
+            "0 * log 0 counts as 0: mask the zero weights (np.where) or use scipy.special.entr.")
 
 
 # ----------------------------------------------------------------------------- effective_keys
@@ -219,22 +193,17 @@ def check_effective_keys(effective_keys: Callable) -> None:
     bits, nats = entropy(w, base=2.0), entropy(w)  # (2, 4) each
     want = 2.0**bits  # (2, 4)
     what = f"effective_keys(weights of shape {w.shape})"
-    with quiet():
-        got = array(call_student(effective_keys, w.copy(), what=what), what)
-    if close(got, want):
-        return
-    if got.shape != want.shape:
-        fail(what, f"shape is {got.shape}, expected {want.shape}", "One number per row: the rows run over the last axis.")
-    message = diagnose(got, {
+    got = ask_array(effective_keys, w.copy(), what=what)
+    t_k = w.shape[-1]
+    compare(got, want, what, "A uniform row over T keys has T effective keys and a one-hot row has 1.",
+            shape_hint="One number per row: the rows run over the last axis.",
+            observed=lambda got: f"{first_bad(got, want, atol=1e-6, rtol=1e-6)} (a uniform row over {t_k} keys "
+                                 f"gave {float(got[1, 2]):.4g}, a one-hot row {float(got[0, 1]):.4g})", mistakes={
         "exp of an entropy in bits: use 2 ** H_bits (or exp of H in nats)": np.exp(bits),
         "2 to the power of an entropy in nats: use 2 ** H_bits (or exp of H in nats)": 2.0**nats,
         "returned the entropy in bits itself: effective keys are 2 ** H_bits": bits,
         "returned the entropy in nats itself: effective keys are exp(H_nats) = 2 ** H_bits": nats,
     })
-    t_k = w.shape[-1]
-    fail(what, f"{first_bad(got, want, atol=1e-6, rtol=1e-6)} (a uniform row over {t_k} keys gave "
-         f"{float(got[1, 2]):.4g}, a one-hot row {float(got[0, 1]):.4g})",
-         message or "A uniform row over T keys has T effective keys and a one-hot row has 1.")
 
 
 # ----------------------------------------------------------------------------- mean_effective_keys
@@ -268,10 +237,8 @@ def check_mean_effective_keys(mean_effective_keys: Callable) -> None:
     small, large = int(rng.integers(3, 9)), int(rng.integers(120, 400))
     for d_k, scaled in ((large, False), (large, True), (small, True)):
         what = f"mean_effective_keys(d_k={d_k}, rng, scaled={scaled}, n_draws={n_draws}, n_tokens={n_tokens})"
-        students_rng = np.random.default_rng(seed(rng))
-        with quiet():
-            got = _scalar(call_student(mean_effective_keys, d_k, students_rng, scaled=scaled, n_draws=n_draws,
-                                       n_tokens=n_tokens, what=what), what)
+        got = ask_number(mean_effective_keys, d_k, np.random.default_rng(seed(rng)), scaled=scaled, n_draws=n_draws,
+                         n_tokens=n_tokens, what=what, hint=_ONE_NUMBER)
 
         def near(divisor: float, tokens: int = n_tokens, keys_of_bits: str = "right") -> bool:
             # Draws are independent, so a mean over n draws has standard error s / sqrt(n), with s
@@ -300,15 +267,9 @@ def check_mean_effective_keys(mean_effective_keys: Callable) -> None:
             hint = ("Draw Q and K as (n_draws, n_tokens, d_k) standard normals from rng, take the softmax of "
                     "attention_scores(Q, K, scaled) over the keys and average effective_keys over every row.")
         fail(what, f"got {got:.4g}, outside the range the sample size allows", hint)
-
-    def call(rng_seed: int) -> float:
-        what = "mean_effective_keys(d_k=5, rng, scaled=True, n_draws=20, n_tokens=6)"
-        students_rng = np.random.default_rng(rng_seed)
-        with quiet():
-            return _scalar(call_student(mean_effective_keys, 5, students_rng, scaled=True, n_draws=20, n_tokens=6,
-                                        what=what), what)
-
-    _check_reproducible(call, "mean_effective_keys(d_k=5, rng, scaled=True, n_draws=20, n_tokens=6)", rng)
+    what = "mean_effective_keys(d_k=5, rng, scaled=True, n_draws=20, n_tokens=6)"
+    reproducible(lambda g: ask_number(mean_effective_keys, 5, g, scaled=True, n_draws=20, n_tokens=6, what=what,
+                                      hint=_ONE_NUMBER), what, rng)
 
 
 # ----------------------------------------------------------------------------- softmax_jacobian
@@ -323,24 +284,22 @@ def check_softmax_jacobian(softmax_jacobian: Callable) -> None:
         outer = a[..., :, None] * a[..., None, :]  # (..., T, T)
         diag = a[..., :, None] * np.eye(t)  # (..., T, T)
         want = diag - outer  # (..., T, T)
-        with quiet():
-            got = array(call_student(softmax_jacobian, a.copy(), what=what), what)
-        if close(got, want):
-            continue
-        if got.shape != want.shape:
-            hint = ("One (T, T) matrix per row: np.diag and np.outer handle a single vector only; for a batch, "
-                    "build the diagonal and the outer product by broadcasting over a new axis.")
-            fail(what, f"shape is {got.shape}, expected {want.shape}", hint)
-        message = diagnose(got, {
+        got = ask_array(softmax_jacobian, a.copy(), what=what)
+        compare(got, want, what, "Entry (i, j) is a_i (1[i = j] - a_j); every row sums to 0.",
+                shape_hint="One (T, T) matrix per row: np.diag and np.outer handle a single vector only; for a "
+                           "batch, build the diagonal and the outer product by broadcasting over a new axis.",
+                observed=_row_sums, mistakes={
             "the diagonal term diag(a) is missing": -outer,
             "only the diagonal a_i (1 - a_i) is there: the off-diagonal entries are -a_i a_j": diag - a[..., :, None] ** 2 * np.eye(t),
             "the sign is flipped: J = diag(a) - a a^T": -want,
             "the product a * a is elementwise, so each row subtracts a_j^2: a a^T is the outer product, with entries a_i a_j": diag - (a**2)[..., None, :],
             "a^T a is an inner product (one number): the Jacobian subtracts the outer product a a^T": diag - (a**2).sum(-1)[..., None, None],
         })
-        sums = (np.round(got.sum(axis=-1).ravel()[:3], 4) + 0.0).tolist()  # the first rows' sums, no negative zeros
-        fail(what, f"rows of your Jacobian sum to {sums}",
-             message or "Entry (i, j) is a_i (1[i = j] - a_j); every row sums to 0.")
+
+
+def _row_sums(got: np.ndarray) -> str:
+    sums = (np.round(got.sum(axis=-1).ravel()[:3], 4) + 0.0).tolist()  # the first rows' sums, no negative zeros
+    return f"rows of your Jacobian sum to {sums}"
 
 
 # ----------------------------------------------------------------------------- learn_temperature
@@ -381,9 +340,8 @@ def check_learn_temperature(learn_temperature: Callable) -> None:
     Y = softmax(Q @ K.swapaxes(-1, -2) / (math.sqrt(d_k) * tau_star)) @ V  # (B, T_q, d_v)
     steps, lr = int(rng.integers(2, 5)), float(rng.uniform(0.5, 1.5))
     what = f"learn_temperature(Q {Q.shape}, K {K.shape}, V, Y, steps={steps}, lr={lr:.3f})"
-    with quiet():
-        got = _scalar(call_student(learn_temperature, Q.copy(), K.copy(), V.copy(), Y.copy(), steps=steps, lr=lr,
-                                   what=what), what)
+    got = ask_number(learn_temperature, Q.copy(), K.copy(), V.copy(), Y.copy(), steps=steps, lr=lr, what=what,
+                     hint=_ONE_NUMBER)
     want = _learned_tau(Q, K, V, Y, steps, lr)
     if not abs(got - want) <= 1e-5 * abs(want):
         message = diagnose(got, {
@@ -401,9 +359,8 @@ def check_learn_temperature(learn_temperature: Callable) -> None:
              "Start from u = 0; each step u <- u - lr * dL/du with L the MEAN squared error of "
              "softmax(Q K^T / (tau sqrt(d_k))) V against Y; return exp(u).")
     what = f"learn_temperature(Q {Q.shape}, K {K.shape}, V, Y, steps=300, lr=3.0)"
-    with quiet():
-        got = _scalar(call_student(learn_temperature, Q.copy(), K.copy(), V.copy(), Y.copy(), steps=300, lr=3.0,
-                                   what=what), what)
+    got = ask_number(learn_temperature, Q.copy(), K.copy(), V.copy(), Y.copy(), steps=300, lr=3.0, what=what,
+                     hint=_ONE_NUMBER)
     # 300 steps usually reach tau_star, but on some draws the loss is flat near it and a correct learner
     # is still on its way: the grader's own 300 steps are the answer a correct learner gives.
     reference = _learned_tau(Q, K, V, Y, 300, 3.0)
@@ -438,17 +395,15 @@ def check_qk_norm_scores(qk_norm_scores: Callable) -> None:
         unit_k = k / np.linalg.norm(k, axis=-1, keepdims=True)  # (..., T_k, d_k)
         want = gain * unit_q @ np.swapaxes(unit_k, -1, -2)  # (..., T_q, T_k)
         what = f"qk_norm_scores(Q of shape {Q.shape} {Q.dtype}, K of shape {K.shape}, gain={gain:.3f})"
-        with quiet():
-            got = array(call_student(qk_norm_scores, Q.copy(), K.copy(), gain, what=what), what)
+        got = ask_array(qk_norm_scores, Q.copy(), K.copy(), gain, what=what)
         tol = 1e-9 if Q.dtype == np.float64 else 1e-5
-        if close(got, want, atol=tol * gain, rtol=tol):
-            continue
-        if got.shape != want.shape:
-            fail(what, f"shape is {got.shape}, expected {want.shape}",
-                 "Queries are the rows: (..., T_q, d_k) against (..., T_k, d_k) gives (..., T_q, T_k); swap only "
-                 "the last two axes of the keys.")
         across = lambda x: x / np.linalg.norm(x, axis=-2, keepdims=True)  # noqa: E731 - the wrong axis
-        message = diagnose(got, {
+        compare(got, want, what, "Each score is gain * cos(q_i, k_j): every |score| is at most the gain.",
+                atol=tol * gain, rtol=tol,
+                shape_hint="Queries are the rows: (..., T_q, d_k) against (..., T_k, d_k) gives (..., T_q, T_k); "
+                           "swap only the last two axes of the keys.",
+                observed=lambda got: first_bad(got, want, atol=tol * gain, rtol=tol)
+                + f" (largest |score| {float(np.abs(got).max()):.4g})", mistakes={
             "each component was normalised across the tokens (axis -2): normalise each vector over its d_k "
             "components (axis=-1)": gain * across(q) @ np.swapaxes(across(k), -1, -2),
             "the cosines were also divided by sqrt(d_k): with QK-norm the gain replaces the scale":
@@ -460,10 +415,7 @@ def check_qk_norm_scores(qk_norm_scores: Callable) -> None:
             "the gain was left out": want / gain,
             "divided by the squared length: a unit vector is x / |x|, not x / |x|^2":
                 gain * (q / (q**2).sum(-1, keepdims=True)) @ np.swapaxes(k / (k**2).sum(-1, keepdims=True), -1, -2),
-        }, atol=tol * gain, rtol=tol)
-        bound = float(np.abs(got).max())
-        fail(what, first_bad(got, want, atol=tol * gain, rtol=tol) + f" (largest |score| {bound:.4g})", message or
-             "Each score is gain * cos(q_i, k_j): every |score| is at most the gain.")
+        })
 
 
 # ----------------------------------------------------------------------------- nadaraya_watson
@@ -480,19 +432,15 @@ def check_nadaraya_watson(nadaraya_watson: Callable) -> None:
         sq = ((xq[:, None, :] - xk[None, :, :]) ** 2).sum(-1)  # (T_q, T_k)
         want = softmax(-sq / (2 * h * h)) @ y  # (T_q, d_v)
         what = f"nadaraya_watson(x_query {xq.shape}, x_train {xk.shape}, y_train {y.shape}, bandwidth={h:.3g})"
-        with quiet():
-            got = array(call_student(nadaraya_watson, xq.copy(), xk.copy(), y.copy(), h, what=what), what,
-                        finite=False)  # nan is diagnosed below
-        if close(got, want, atol=1e-7, rtol=1e-7):
-            continue
-        if got.shape != want.shape:
-            fail(what, f"shape is {got.shape}, expected {want.shape}",
-                 "One prediction per query point, with the width of y_train: weights (T_q, T_k) @ y_train (T_k, d_v).")
-        if not np.all(np.isfinite(got)):
-            fail(what, "returned nan or inf", "exp(-|x - x_j|^2 / (2 h^2)) underflows to 0 for every example when h is "
-                 "small, and 0 / 0 is nan: take a softmax of the scores (subtract each row's max) instead.")
+        got = ask_array(nadaraya_watson, xq.copy(), xk.copy(), y.copy(), h, what=what, finite=False)  # nan: below
         kernel_sum = lambda s: np.exp(s - s.max(axis=-1, keepdims=True))  # noqa: E731
-        message = diagnose(got, {
+        compare(got, want, what, "Weights softmax(-|x - x_j|^2 / (2 h^2)) over the examples j, then the weighted "
+                "average of y_train.", atol=1e-7, rtol=1e-7,
+                shape_hint="One prediction per query point, with the width of y_train: weights (T_q, T_k) @ y_train "
+                           "(T_k, d_v).",
+                nonfinite=("returned nan or inf", "exp(-|x - x_j|^2 / (2 h^2)) underflows to 0 for every example "
+                           "when h is small, and 0 / 0 is nan: take a softmax of the scores (subtract each row's max) "
+                           "instead."), mistakes={
             "the bandwidth was not squared: the Gaussian kernel is exp(-|x - x_j|^2 / (2 h^2))":
                 lambda: softmax(-sq / (2 * h)) @ y,
             "the distance was not squared: the Gaussian kernel is exp(-|x - x_j|^2 / (2 h^2))":
@@ -505,6 +453,4 @@ def check_nadaraya_watson(nadaraya_watson: Callable) -> None:
                 lambda: kernel_sum(-sq / (2 * h * h)) @ y,
             "the kernel is exp(-d^2 / (2 h^2)): its sign was dropped, so far examples weigh most":
                 lambda: softmax(sq / (2 * h * h)) @ y,
-        }, atol=1e-7, rtol=1e-7)
-        fail(what, first_bad(got, want, atol=1e-7, rtol=1e-7), message or
-             "Weights softmax(-|x - x_j|^2 / (2 h^2)) over the examples j, then the weighted average of y_train.")
+        })
