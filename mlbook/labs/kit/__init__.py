@@ -15,9 +15,15 @@ Modules, in the order a check uses them:
                  gradients by autograd, in float64;
 - ``tolerance``  how close a correct answer of each dtype must come;
 - ``messages``   failures a student can act on: ``fail``, ``diagnose`` (which known mistake the
-                 answer matches), where an array first goes wrong.
+                 answer matches), where an array first goes wrong;
+- ``checks``     whole steps of a check, written once: ``compare`` (close, else shape, non-finite,
+                 diagnosis, first wrong entry) and ``reproducible`` (same seed, same result).
 
-And for catalogues: ``Mutant``, ``Alternative`` and ``patch`` (``mlbook.authoring.catalogue``).
+The usual check: ``got = ask_array(f, x, what=...)`` (``calls``: quiet, call, read), then
+``compare(got, want, what, hint, mistakes={...})``.
+
+And for catalogues: ``Mutant``, ``Alternative`` and ``patch`` (``mlbook.authoring.catalogue``), and
+``mutants_of`` (``catalogue``: the mutants of one answer cell, one row each).
 
 Convention, for the whole kit: a mask is True where attention is allowed.
 """
@@ -26,8 +32,10 @@ from mlbook_helpers.checks import Misconception, data_array, describe
 
 from mlbook.authoring.catalogue import Alternative, Mutant, patch
 from mlbook.sandbox import procmem  # memory measured from outside the kernel (lab 6)
-from mlbook.labs.kit.calls import (Handle, RemoteError, RemoteObject, WireError, call_student, helper, lend, quiet,
-                    reraise, session, student_error)
+from mlbook.labs.kit.calls import (Handle, RemoteError, RemoteObject, WireError, ask_array, ask_boolean, ask_number,
+                                   call_student, helper, lend, quiet, reraise, session, student_error)
+from mlbook.labs.kit.catalogue import mutants_of
+from mlbook.labs.kit.checks import compare, reproducible
 from mlbook.labs.kit.inputs import fresh_rng, random_mask, seed, torch_generator
 from mlbook.labs.kit.messages import diagnose, fail, first_bad, sentence
 from mlbook.labs.kit.reference import attention, attention_grads, causal_allowed, entropy, softmax
@@ -36,9 +44,10 @@ from mlbook.labs.kit.tolerance import TORCH_ATOL, float_tolerance, weight_tolera
 
 __all__ = [
     "Misconception", "data_array", "describe",
-    "Alternative", "Mutant", "patch", "procmem",
-    "Handle", "RemoteError", "RemoteObject", "WireError", "call_student", "helper", "lend", "quiet", "reraise",
-    "session", "student_error",
+    "Alternative", "Mutant", "patch", "mutants_of", "procmem",
+    "Handle", "RemoteError", "RemoteObject", "WireError", "ask_array", "ask_boolean", "ask_number", "call_student",
+    "helper", "lend", "quiet", "reraise", "session", "student_error",
+    "compare", "reproducible",
     "fresh_rng", "random_mask", "seed", "torch_generator",
     "diagnose", "fail", "first_bad", "sentence",
     "attention", "attention_grads", "causal_allowed", "entropy", "softmax",

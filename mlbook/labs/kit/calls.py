@@ -10,13 +10,16 @@ same checks get plain functions.
 A student's exception is reported as a failure that names the call; the grader's own errors and
 a kernel that went away (``WireError``, ``OSError``, ...) pass through untouched, so they are
 never a student's lost points.
+
+``ask_array``, ``ask_number`` and ``ask_boolean`` are the usual whole step of a check: call the
+student's function quietly and read its result, failing closed.
 """
 
 from __future__ import annotations
 
 import contextlib
 import warnings
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -25,9 +28,10 @@ from mlbook_kernel.wire import Handle, WireError
 
 from mlbook.judge.remote import RemoteError, RemoteObject, helper, lend, session
 from mlbook.labs.kit.messages import fail
+from mlbook.labs.kit.results import array, boolean, number
 
 __all__ = ["Handle", "RemoteError", "RemoteObject", "WireError", "helper", "lend", "session", "call_student",
-           "student_error", "reraise", "quiet", "NOT_THE_STUDENTS"]
+           "student_error", "reraise", "quiet", "ask_array", "ask_number", "ask_boolean", "NOT_THE_STUDENTS"]
 
 # Exceptions that are not the student's: a verdict already reached, or the kernel went away.
 NOT_THE_STUDENTS = (Misconception, WireError, EOFError, OSError, TimeoutError)
@@ -91,3 +95,41 @@ def call_student(fn: Callable, *args: Any, what: str, named: Callable[[str, str]
         shapes = ", ".join(_describe(a) for a in args)
         fail(what, f"raised {kind}: {text} (called with arguments of shape {shapes})",
              "Check that your code works for other shapes than the lesson's (T_q != T_k, other d_k).")
+
+
+def ask_array(fn: Callable, *args: Any, what: str, shape: Sequence[int] | None = None, kind: str = "f",
+              finite: bool = True, hint: str | None = None,
+              named: Callable[[str, str], tuple[str, str] | None] | None = None, **kwargs: Any) -> np.ndarray:
+    """Call a student's function quietly and read its result as an array: ``quiet``,
+    ``call_student`` and ``results.array`` in one step.
+
+    Args:
+        fn, args, kwargs: the call (``kwargs`` go to ``fn``; ``what``, ``shape``, ``kind``,
+            ``finite``, ``hint`` and ``named`` are this function's own).
+        what: the call as the student should read it in a failure message.
+        shape, kind, finite, hint: as for ``results.array``.
+        named: as for ``call_student``.
+    Returns:
+        float64 (boolean when ``kind`` is "b"), never empty.
+    """
+    with quiet():
+        got = call_student(fn, *args, what=what, named=named, **kwargs)
+    return array(got, what, shape=shape, kind=kind, finite=finite, hint=hint)
+
+
+def ask_number(fn: Callable, *args: Any, what: str, hint: str | None = None,
+               named: Callable[[str, str], tuple[str, str] | None] | None = None, **kwargs: Any) -> float:
+    """Call a student's function quietly and read its result as one finite real number:
+    ``quiet``, ``call_student`` and ``results.number`` in one step (arguments as for ``ask_array``)."""
+    with quiet():
+        got = call_student(fn, *args, what=what, named=named, **kwargs)
+    return number(got, what, hint)
+
+
+def ask_boolean(fn: Callable, *args: Any, what: str, hint: str | None = None,
+                named: Callable[[str, str], tuple[str, str] | None] | None = None, **kwargs: Any) -> bool:
+    """Call a student's function quietly and read its result as a truth value: ``quiet``,
+    ``call_student`` and ``results.boolean`` in one step (arguments as for ``ask_array``)."""
+    with quiet():
+        got = call_student(fn, *args, what=what, named=named, **kwargs)
+    return boolean(got, what, hint)

@@ -1,67 +1,45 @@
 """Lab 1's misconception mutants and alternative correct solutions (see mlbook.catalogue)."""
 
-from ..kit import Alternative, Mutant, patch
+from ..kit import Alternative, Mutant, mutants_of, patch
 
-# Mutants edit the reference answers of source/lab01_hand_attention/lab01_hand_attention.ipynb:
-# each patch is the line a student with that misconception writes differently.
-MUTANTS = [
-    Mutant(name="softmax-over-queries",
-           misconception="softmax taken over the query axis (axis 0) instead of over the keys",
-           cells={"softmax_rows": patch("axis=-1", "axis=0", count=2)},  # the max and the sum, both over columns
-           must_fail=("test_softmax_rows", "test_softmax_rows_hidden"), message=r"axis|columns", demo=True),
-    Mutant(name="no-max-subtraction",
-           misconception="softmax without subtracting the row max: exp overflows to nan for large scores",
-           cells={"softmax_rows": patch("np.exp(shifted)", "np.exp(S)")},  # the shifted scores computed, then not used
-           must_fail=("test_softmax_rows", "test_softmax_rows_hidden"), message=r"overflow|subtract.*max", demo=True),
-    Mutant(name="divide-by-dk", misconception="scores divided by d_k instead of sqrt(d_k)",
-           cells={"attention": patch("Q @ K.T / np.sqrt(d_k)", "Q @ K.T / d_k")},
-           must_fail=("test_attention", "test_attention_hidden"), message=r"d_k instead of sqrt|not by d_k", demo=True),
-    Mutant(name="mask-after-softmax",
-           misconception="mask applied to the weights after the softmax, so rows no longer sum to 1",
-           cells={"attention": (
-               patch("    if mask is not None:\n"
-                     "        scores = np.where(mask, scores, -np.inf)"
-                     "  # (T_q, T_k): forbidden keys drop out of the softmax\n", ""),
-               patch("    out = weights @ V",
-                     "    if mask is not None:\n"
-                     "        weights = weights * mask  # (T_q, T_k): forbidden keys get weight 0\n"
-                     "    out = weights @ V"),
-           )},
-           must_fail=("test_attention", "test_attention_hidden"), message=r"after the softmax", demo=True),
-    Mutant(name="inverted-mask", misconception="mask polarity inverted: True treated as 'blocked'",
-           cells={"attention": patch("np.where(mask, scores, -np.inf)", "np.where(mask, -np.inf, scores)")},
-           must_fail=("test_attention", "test_attention_hidden"), message=r"polarity|True where attention is ALLOWED"),
-    # Numbers typed by hand, not an edit: every step after the raw scores differs.
+# Every mutant is an edit of a reference answer of source/lab01_hand_attention/lab01_hand_attention.ipynb:
+# each patch is the line a student with that misconception writes differently. Rows are
+# (name, misconception, edit, what the failure messages must match); mutants_of makes each row a
+# mutant that the cell's visible test and its hidden partner must both catch.
+# 2: softmax_rows.
+MUTANTS = mutants_of("softmax_rows", "test_softmax_rows", [
+    ("softmax-over-queries", "softmax taken over the query axis (axis 0) instead of over the keys",
+     patch("axis=-1", "axis=0", count=2), r"axis|columns"),  # the max and the sum, both over columns
+    ("no-max-subtraction", "softmax without subtracting the row max: exp overflows to nan for large scores",
+     patch("np.exp(shifted)", "np.exp(S)"), r"overflow|subtract.*max"),  # the shifted scores computed, not used
+], demo={"softmax-over-queries", "no-max-subtraction"})
+
+# 4: attention, its scale and its mask.
+MUTANTS += mutants_of("attention", "test_attention", [
+    ("divide-by-dk", "scores divided by d_k instead of sqrt(d_k)",
+     patch("Q @ K.T / np.sqrt(d_k)", "Q @ K.T / d_k"), r"d_k instead of sqrt|not by d_k"),
+    ("mask-after-softmax", "mask applied to the weights after the softmax, so rows no longer sum to 1", (
+        patch("    if mask is not None:\n"
+              "        scores = np.where(mask, scores, -np.inf)  # (T_q, T_k): forbidden keys drop out of the softmax\n", ""),
+        patch("    out = weights @ V",
+              "    if mask is not None:\n"
+              "        weights = weights * mask  # (T_q, T_k): forbidden keys get weight 0\n"
+              "    out = weights @ V"),
+    ), r"after the softmax"),
+    ("inverted-mask", "mask polarity inverted: True treated as 'blocked'",
+     patch("np.where(mask, scores, -np.inf)", "np.where(mask, -np.inf, scores)"), r"polarity|True where attention is ALLOWED"),
+], demo={"divide-by-dk", "mask-after-softmax"})
+
+MUTANTS += [
+    # 1a: numbers typed by hand, every step after the raw scores computed without the scale.
     Mutant(name="hand-unscaled", misconception="hand-worked weights computed from unscaled scores",
-           cells={"hand_token0": '''raw_scores_0 = [1.0, 1.0, 0.0]
-scaled_scores_0 = [1.0, 1.0, 0.0]
-weights_0 = [0.4223, 0.4223, 0.1554]
-output_0 = [1.0, 1.0]
-'''},
+           cells={"hand_token0": (patch("[0.7071, 0.7071, 0.0]", "[1.0, 1.0, 0.0]"),
+                                  patch("[0.4011, 0.4011, 0.1978]", "[0.4223, 0.4223, 0.1554]"))},
            must_fail=("test_hand_token0_hidden",), message=r"sqrt"),
-    # Another method, not an edit of the masking loop: the weights of one prediction.
-    Mutant(name="importance-is-attention",
-           misconception="token importance read off the attention weights instead of measured by masking",
-           cells={"token_importance": '''def token_importance_by_masking(classifier, words):
-    _, weights = classifier.predict(words)
-    return np.asarray(weights)
-'''},
-           must_fail=("test_token_importance", "test_token_importance_hidden"),
-           message=r"attention weights|not the attention"),
 ]
 
-def _caught_by_its_tests(cell: str, test: str, rows: list[tuple]) -> list[Mutant]:
-    """Mutants of one answer cell that its visible test and its hidden partner must both catch.
-
-    Args:
-        rows: (name, misconception, the edit of the reference answer, what the messages must match).
-    """
-    return [Mutant(name=name, misconception=idea, cells={cell: edit}, must_fail=(test, f"{test}_hidden"), message=regex)
-            for name, idea, edit, regex in rows]
-
-
 # 5: row_attention, the one-query attention behind the worked examples.
-MUTANTS += _caught_by_its_tests("row_attention", "test_worked_examples", [
+MUTANTS += mutants_of("row_attention", "test_worked_examples", [
     ("row-divide-by-dk", "one query's scores divided by d_k instead of sqrt(d_k)",
      patch("scores / np.sqrt(q.shape[-1])", "scores / q.shape[-1]"), r"sqrt"),
     ("row-scale-always", "the scale applied even when scaled=False",
@@ -75,8 +53,17 @@ MUTANTS += _caught_by_its_tests("row_attention", "test_worked_examples", [
      patch("np.sqrt(q.shape[-1])", "np.sqrt(K.shape[0])"), r"sqrt\(4\)|number of keys"),
 ])
 
-# 7b: gradient x input, one line of the reference changed per misconception.
-MUTANTS += _caught_by_its_tests("gradient_x_input", "test_gradient_x_input", [
+# 7: token importance, read off the attention weights instead of measured by masking (the
+# early return leaves the masking loop unused).
+MUTANTS += mutants_of("token_importance", "test_token_importance", [
+    ("importance-is-attention", "token importance read off the attention weights instead of measured by masking",
+     patch("    p_full, _ = classifier.predict(words)\n",
+           "    _, weights = classifier.predict(words)\n    return np.asarray(weights)  # (T,): the attention weights\n"),
+     r"attention weights|not the attention"),
+])
+
+# 7b: gradient x input.
+MUTANTS += mutants_of("gradient_x_input", "test_gradient_x_input", [
     ("gxi-of-probability", "gradient x input taken of the probability (after the sigmoid) instead of the logit",
      patch("logit = refund_logit(classifier, x)  # (): before the sigmoid",
            "logit = torch.sigmoid(refund_logit(classifier, x))  # (): the probability"), r"gradient of the probability"),
@@ -87,7 +74,7 @@ MUTANTS += _caught_by_its_tests("gradient_x_input", "test_gradient_x_input", [
 ])
 
 # 7c: Spearman's rank correlation: the three classic ways of getting ranks wrong.
-MUTANTS += _caught_by_its_tests("spearman", "test_spearman", [
+MUTANTS += mutants_of("spearman", "test_spearman", [
     ("spearman-of-values", "Pearson correlation of the values instead of their ranks",
      patch("ranks(a) - (len(a) + 1) / 2, ranks(b) - (len(b) + 1) / 2",
            "np.asarray(a, dtype=float) - np.mean(a), np.asarray(b, dtype=float) - np.mean(b)"),
@@ -99,7 +86,6 @@ MUTANTS += _caught_by_its_tests("spearman", "test_spearman", [
      patch('r[np.argsort(x, kind="stable")] = np.arange(1, len(x) + 1)', 'r[:] = np.argsort(x, kind="stable") + 1'),
      r"not the ranks"),
 ])
-
 
 ALTERNATIVES = [
     Alternative(name="einsum", description="einsum for every product", cells={

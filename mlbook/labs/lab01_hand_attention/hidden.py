@@ -11,8 +11,8 @@ import numpy as np
 
 from mlbook_helpers.examples import ticket_example
 
-from ..kit import (array, boolean, call_student, close, data_array, describe, diagnose, fail, fresh_rng, helper,
-                   items, number, quiet, random_mask, seed, softmax, weight_tolerance)
+from ..kit import (array, ask_array, ask_boolean, ask_number, call_student, close, compare, data_array, describe,
+                   diagnose, fail, fresh_rng, helper, items, random_mask, seed, softmax, weight_tolerance)
 from ..kit import attention as reference_attention  # the student's function is called `attention`
 
 # --- 1a: hand-worked token 0 ----------------------------------------------------------------
@@ -30,17 +30,15 @@ def check_hand_token0(raw, scaled, weights, output) -> None:
     for name, (got, ref) in answers.items():
         got = array(got, name, shape=ref.shape, kind="iuf",
                     hint=f"{name} is {len(ref)} numbers: the step of the hand calculation for token 0.")
-        if close(got, ref, atol=1e-3, rtol=0):
-            continue
-        hint = diagnose(got, {
+        compare(got, ref, name, "Redo that step by hand: q0 = (1, 0), keys are the rows of W_k, values the rows of W_v.",
+                atol=1e-3, rtol=0, mistake_tol=(2e-3, 0),
+                observed=lambda got: f"{np.round(got, 4).tolist()} is not within 1e-3 of the example", mistakes={
             "These are the raw scores: divide them by sqrt(d_k) = sqrt(2).": raw_ref,
             "Looks like the scores were divided by d_k = 2 instead of sqrt(d_k).": raw_ref / 2,
             "These are the softmax of the unscaled scores: scale before the softmax.": softmax(raw_ref),
             "Queries and keys swapped: q0 is row 0 of W_q, the keys are the rows of W_k.": ex.W_q @ ex.W_k[0],
             "That mixes the rows of W_k: the output mixes the value rows (W_v).": weights_ref @ ex.W_k,
-        }, atol=2e-3, rtol=0)
-        fail(name, f"{np.round(got, 4).tolist()} is not within 1e-3 of the example",
-             hint or "Redo that step by hand: q0 = (1, 0), keys are the rows of W_k, values the rows of W_v.")
+        })
 
 
 # --- 2: softmax_rows ------------------------------------------------------------------------
@@ -52,26 +50,19 @@ def check_softmax_rows(softmax_rows) -> None:
         S = rng.normal(size=(T_q, T_k)) * spread  # (T_q, T_k); spread 3000: exp overflows unless shifted
         what = f"softmax_rows on a ({T_q}, {T_k}) matrix"
         got = call_student(softmax_rows, S.copy(), what=what)
-        got_arr = array(got, what, finite=False)  # nan and inf are diagnosed below
-        ref = softmax(S)
-        tol = weight_tolerance(got, spread)
-        if close(got_arr, ref, atol=tol, rtol=1e-5):
-            continue
-        if got_arr.shape == ref.shape and not np.all(np.isfinite(got_arr)):
-            fail(f"softmax_rows on scores up to {np.abs(S).max():.0f}", "returned nan or inf",
-                 "exp overflows for large scores: subtract each row's max before exponentiating.")
-        hint = diagnose(got_arr, {
+        tol = weight_tolerance(got, spread)  # from the dtype the student computed in
+        compare(array(got, what, finite=False), softmax(S), what, "Each row of the result must be the softmax of that "
+                "row of S.", atol=tol, rtol=1e-5,
+                nonfinite=(f"returned nan or inf on scores up to {np.abs(S).max():.0f}",
+                           "exp overflows for large scores: subtract each row's max before exponentiating."),
+                observed=lambda got: f"rows sum to {np.round(got.sum(axis=-1), 3).tolist()[:5]}", mistakes={
             "Columns sum to 1 instead of rows: the softmax ran over axis 0 (queries), not the last axis (keys).":
                 lambda: softmax(S, axis=0),
             "The whole matrix sums to 1: normalise each row separately (axis=-1, keepdims=True).":
                 lambda: np.exp(S - S.max()) / np.exp(S - S.max()).sum(),
             "These are exponentials without normalising: divide by each row's sum.":
                 lambda: np.exp(S - S.max(axis=-1, keepdims=True)),
-        }, atol=tol, rtol=1e-5)
-        sums = got_arr.sum(axis=-1) if got_arr.ndim == 2 else got_arr
-        fail(f"softmax_rows on a ({T_q}, {T_k}) matrix", f"rows sum to {np.round(sums, 3).tolist()[:5]}"
-             if got_arr.shape == ref.shape else f"returned shape {got_arr.shape}",
-             hint or "Each row of the result must be the softmax of that row of S.")
+        })
 
 
 # --- 3: project_qkv -------------------------------------------------------------------------
@@ -84,12 +75,14 @@ def check_project_qkv(project_qkv) -> None:
     W_q, W_k, W_v = rng.normal(size=(d_model, d_k)), rng.normal(size=(d_model, d_k)), rng.normal(size=(d_model, d_v))
     got = call_student(project_qkv, X, W_q, W_k, W_v, what="project_qkv with d_k = 3, d_v = 4")
     got = items(got, 3, "project_qkv", "the three matrices (Q, K, V)")
-    for name, g, ref in zip("QKV", got, (X @ W_q, X @ W_k, X @ W_v)):
-        g = array(g, f"{name} from project_qkv")
-        if not close(g, ref, atol=1e-9):
-            hint = diagnose(g, {"Multiplied in the wrong order: X @ W, one token per row.": lambda: (W_q.T @ X.T).T})
-            fail(f"{name} from project_qkv", f"shape {g.shape} or values differ from X @ W_{name.lower()}",
-                 hint or f"{name} = X @ W_{name.lower()}; keys use W_k and values W_v.")
+    weights = {"W_q": W_q, "W_k": W_k, "W_v": W_v}
+    for name, g, w in zip("QKV", got, weights):
+        what = f"{name} from project_qkv"
+        compare(array(g, what), X @ weights[w], what, f"{name} = X @ {w}; keys use W_k and values W_v.", atol=1e-9,
+                shape_hint="X @ W: one token per row, one column per output dimension.",
+                observed=lambda g: f"values differ from X @ {w}",
+                mistakes={f"{name} was computed with {other} instead of {w}.": X @ weights[other]
+                          for other in weights if other != w and weights[other].shape == weights[w].shape})
 
 
 # --- 4: attention ---------------------------------------------------------------------------
@@ -145,10 +138,9 @@ def check_attention(attention) -> None:
                      "Large scores overflow exp unless each row's max is subtracted first.")
             fail(what, f"weights differ from softmax(Q K^T / sqrt(d_k)) (rows sum to {np.round(w.sum(-1), 3).tolist()[:4]})",
                  hint or "Check the scale, the softmax axis and where the mask is applied.")
-        o = array(out, f"{what}: out", finite=False)
-        if not close(o, ref_out, atol=tol * max(1.0, float(np.abs(V).max())), rtol=1e-5):
-            fail(what, f"outputs (shape {o.shape}) are not weights @ V",
-                 "The output of each query is the weighted average of the value rows: weights @ V, shape (T_q, d_v).")
+        compare(array(out, f"{what}: out", finite=False), ref_out, what,
+                "The output of each query is the weighted average of the value rows: weights @ V, shape (T_q, d_v).",
+                atol=tol * max(1.0, float(np.abs(V).max())), rtol=1e-5, observed=lambda o: "outputs are not weights @ V")
 
 
 def check_attention_shapes(attention_shapes) -> None:
@@ -183,29 +175,25 @@ def check_row_attention(row_attention) -> None:
             what = f"row_attention with T_k={T_k}, d_k={d_k}, d_v={d_v}, scaled={scaled}"
             got = call_student(row_attention, q.copy(), K.copy(), V.copy(), scaled=scaled, what=what)
             out, weights = items(got, 2, what, "the pair (out, weights)")
-            ref_w = softmax(raw / np.sqrt(d_k) if scaled else raw)  # (T_k,)
-            w = array(weights, f"{what}: weights", finite=False)
-            tol = weight_tolerance(weights, spread=2.0)
-            if not close(w, ref_w, atol=tol, rtol=1e-5):
-                hint = diagnose(w, {
-                    "Scores were divided by d_k instead of sqrt(d_k).": lambda: softmax(raw / d_k),
-                    "With scaled=False the scores must stay raw: the scale was applied anyway.":
-                        lambda: softmax(raw / np.sqrt(d_k)) if not scaled else None,
-                    "With scaled=True divide by sqrt(d_k): the scores were left raw.":
-                        lambda: softmax(raw) if scaled else None,
-                    "The scale uses the number of keys T_k: it is sqrt(d_k), the width of q.":
-                        lambda: softmax(raw / np.sqrt(T_k)),
-                }, atol=tol, rtol=1e-5)
-                fail(what, f"weights of shape {w.shape} differ from softmax of the "
-                     + ("scaled" if scaled else "raw") + " scores", hint or "Scores are K @ q, one per key.")
-            o = array(out, f"{what}: out", finite=False)
-            if not close(o, ref_w @ V, atol=tol * max(1.0, float(np.abs(V).max())), rtol=1e-5):
-                hint = diagnose(o, {
-                    "The output mixes the value rows with the raw scores: use the softmax weights.":
-                        lambda: (raw / np.sqrt(d_k) if scaled else raw) @ V,
-                    "That mixes the key rows: the output mixes the value rows, weights @ V.": lambda: ref_w @ K,
-                }, atol=tol, rtol=1e-5)
-                fail(what, f"out (shape {o.shape}) is not weights @ V", hint or "The output is weights @ V, shape (d_v,).")
+            scores = raw / np.sqrt(d_k) if scaled else raw  # (T_k,)
+            ref_w = softmax(scores)  # (T_k,)
+            tol = weight_tolerance(weights, spread=2.0)  # from the dtype the student computed in
+            flag = (("With scaled=True divide by sqrt(d_k): the scores were left raw.", raw) if scaled else
+                    ("With scaled=False the scores must stay raw: the scale was applied anyway.", raw / np.sqrt(d_k)))
+            compare(array(weights, f"{what}: weights", finite=False), ref_w, what, "Scores are K @ q, one per key.",
+                    atol=tol, rtol=1e-5,
+                    observed=lambda w: f"weights differ from softmax of the {'scaled' if scaled else 'raw'} scores",
+                    mistakes={
+                "Scores were divided by d_k instead of sqrt(d_k).": lambda: softmax(raw / d_k),
+                flag[0]: lambda: softmax(flag[1]),
+                "The scale uses the number of keys T_k: it is sqrt(d_k), the width of q.": lambda: softmax(raw / np.sqrt(T_k)),
+            })
+            compare(array(out, f"{what}: out", finite=False), ref_w @ V, what, "The output is weights @ V, shape (d_v,).",
+                    atol=tol * max(1.0, float(np.abs(V).max())), rtol=1e-5, mistake_tol=(tol, 1e-5),
+                    observed=lambda o: "out is not weights @ V", mistakes={
+                "The output mixes the value rows with the raw scores: use the softmax weights.": lambda: scores @ V,
+                "That mixes the key rows: the output mixes the value rows, weights @ V.": lambda: ref_w @ K,
+            })
 
 
 # --- 6: property checks ---------------------------------------------------------------------
@@ -218,28 +206,30 @@ def check_property_checks(rows_are_distributions, outputs_in_value_range) -> Non
     negative = good.copy()
     negative[0] = 0.0
     negative[0, :2] = (1.2, -0.2)  # row 0 sums to 1 but has a negative weight
-    cases_rows = {
-        "valid random weights": (good, True),
-        "one row summing to 1.01": (good + np.eye(T_q, T_k) * 0.01, False),
-        "a negative weight with rows still summing to 1": (negative, False),
-        "columns (not rows) summing to 1": (softmax(rng.normal(size=(T_q, T_k)), axis=0), False),
-    }
-    for label, (w, expected) in cases_rows.items():
-        got = call_student(rows_are_distributions, w.copy(), what=f"rows_are_distributions on {label}")
-        if boolean(got, f"rows_are_distributions on {label}") != expected:
-            fail(f"rows_are_distributions on {label}", f"returned {got}",
-                 "Check non-negativity and that each row (last axis) sums to 1 within atol.")
+    _expect_verdicts(rows_are_distributions, "rows_are_distributions", {
+        "valid random weights": ((good,), True),
+        "one row summing to 1.01": ((good + np.eye(T_q, T_k) * 0.01,), False),
+        "a negative weight with rows still summing to 1": ((negative,), False),
+        "columns (not rows) summing to 1": ((softmax(rng.normal(size=(T_q, T_k)), axis=0),), False),
+    }, "Check non-negativity and that each row (last axis) sums to 1 within atol.")
     V = rng.normal(size=(T_k, d_v))  # (T_k, d_v)
     inside = good @ V  # (T_q, d_v)
     just_above = inside.copy()
     just_above[2, 1] = V[:, 1].max() + 1e-3  # one coordinate slightly outside
-    cases_out = {"real attention outputs": (inside, True), "one coordinate 1e-3 above every value": (just_above, False),
-                 "outputs below every value": (inside - 10.0, False)}
-    for label, (o, expected) in cases_out.items():
-        got = call_student(outputs_in_value_range, o.copy(), V.copy(), what=f"outputs_in_value_range on {label}")
-        if boolean(got, f"outputs_in_value_range on {label}") != expected:
-            fail(f"outputs_in_value_range on {label}", f"returned {got}",
-                 "Compare each output column with the min and max of the same column of V (over the keys axis).")
+    _expect_verdicts(outputs_in_value_range, "outputs_in_value_range", {
+        "real attention outputs": ((inside, V), True),
+        "one coordinate 1e-3 above every value": ((just_above, V), False),
+        "outputs below every value": ((inside - 10.0, V), False),
+    }, "Compare each output column with the min and max of the same column of V (over the keys axis).")
+
+
+def _expect_verdicts(check, name: str, cases: dict[str, tuple[tuple, bool]], hint: str) -> None:
+    """Call the student's property check ``name`` on each case: label -> (its array arguments, the verdict due)."""
+    for label, (args, expected) in cases.items():
+        what = f"{name} on {label}"
+        got = ask_boolean(check, *(a.copy() for a in args), what=what)
+        if got != expected:
+            fail(what, f"returned {got}", hint)
 
 
 # --- 7: token importance --------------------------------------------------------------------
@@ -267,19 +257,19 @@ def check_token_importance(token_importance_by_masking) -> None:
         ref = np.array([p_full - classifier.predict(words, keep=[j != i for j in range(len(words))])[0]
                         for i in range(len(words))])  # (T,)
         what = f"token_importance_by_masking on a {len(words)}-word ticket"
-        got = call_student(token_importance_by_masking, students_copy, list(words), what=what)
-        got = array(got, what, shape=ref.shape, hint="Return one importance per word: p_full - p_without_word.")
-        if close(got, ref, atol=1e-6):
-            continue
-        keep_only = np.array([p_full - classifier.predict(words, keep=[j == i for j in range(len(words))])[0]
-                              for i in range(len(words))])
-        hint = diagnose(got, {
+        got = ask_array(token_importance_by_masking, students_copy, list(words), what=what, shape=ref.shape,
+                        hint="Return one importance per word: p_full - p_without_word.")
+        keep_only = lambda: np.array([p_full - classifier.predict(words, keep=[j == i for j in range(len(words))])[0]  # noqa: E731
+                                      for i in range(len(words))])
+        compare(got, ref, what, "For each i: p_full - predict(words, keep=all but i).", observed=_returned, mistakes={
             "Those are the attention weights: importance must be measured by masking each word and re-predicting.": weights,
             "The sign is reversed: importance is p_full - p_without_word.": -ref,
             "Every word but one was masked: mask only word i and keep the others.": keep_only,
         })
-        fail(f"token_importance_by_masking on a {len(words)}-word ticket",
-             f"returned {np.round(got, 3).tolist()}", hint or "For each i: p_full - predict(words, keep=all but i).")
+
+
+def _returned(got: np.ndarray) -> str:
+    return f"returned {np.round(got, 3).tolist()}"
 
 
 # --- 7b: gradient x input -------------------------------------------------------------------
@@ -312,11 +302,11 @@ def check_gradient_x_input(gradient_x_input) -> None:
         p, x, grad, weights = _logit_and_gradient(classifier, words)
         ref = (grad * x).sum(axis=-1)  # (T,)
         what = f"gradient_x_input on a {len(words)}-word ticket"
-        got = call_student(gradient_x_input, students_copy, list(words), what=what)
-        got = array(got, what, shape=ref.shape, hint="Return one attribution per word: sum over d of x_i * d logit / d x_i.")
-        if close(got, ref, atol=1e-7, rtol=1e-6):
-            continue
-        hint = diagnose(got, {
+        got = ask_array(gradient_x_input, students_copy, list(words), what=what, shape=ref.shape,
+                        hint="Return one attribution per word: sum over d of x_i * d logit / d x_i.")
+        compare(got, ref, what, "Mark the word vectors requires_grad, take the gradient of refund_logit with respect to "
+                "them, multiply by the vectors and sum over the last axis.", atol=1e-7, rtol=1e-6,
+                mistake_tol=(1e-6, 1e-5), observed=_returned, mistakes={
             "that is the gradient alone, summed over the components: multiply it by the input x_i first": grad.sum(axis=-1),
             "that is the gradient of the probability: take the gradient of the logit (refund_logit), "
             "before the sigmoid": ref * p * (1 - p),
@@ -325,10 +315,7 @@ def check_gradient_x_input(gradient_x_input) -> None:
             "absolute values lose the sign: sum x_i * grad_i over the components, keeping its sign": np.abs(ref),
             "the sign is reversed: the attribution is +x_i . d logit / d x_i": -ref,
             "those are the attention weights, not an attribution by the gradient": weights,
-        }, atol=1e-6, rtol=1e-5)
-        fail(what, f"returned {np.round(got, 3).tolist()}",
-             hint or "Mark the word vectors requires_grad, take the gradient of refund_logit with respect to them, "
-                     "multiply by the vectors and sum over the last axis.")
+        })
 
 
 # --- 7c: Spearman's rank correlation --------------------------------------------------------
@@ -382,9 +369,8 @@ def check_spearman(spearman) -> None:
             continue
         want = _pearson(_average_ranks(a), _average_ranks(b))
         what = f"spearman on {label}"
-        with quiet():
-            got = number(call_student(spearman, a.copy(), b.copy(), what=what), what,
-                         "Return one float, the correlation of the two rank vectors.")
+        got = ask_number(spearman, a.copy(), b.copy(), what=what, hint="Return one float, the correlation of the two "
+                         "rank vectors.")
         if abs(got - want) <= 1e-6:
             continue
         hint = diagnose(got, _spearman_variants(a, b), atol=1e-6, rtol=0)

@@ -1,6 +1,6 @@
 """Lab 2's misconception mutants and alternative correct solutions (see mlbook.catalogue)."""
 
-from ..kit import Alternative, Mutant, patch
+from ..kit import Alternative, mutants_of, patch
 
 # The given signature and docstring of each answer cell, for alternatives that write the body
 # another way (mutants are patches of the reference answers of source/lab02_scaling/lab02_scaling.ipynb).
@@ -20,65 +20,53 @@ _JACOBIAN_DOC = '''def softmax_jacobian(a):
     """(..., T) softmax rows -> (..., T, T) Jacobians diag(a) - a a^T."""
 '''
 
-# The entropy's change of base, which both unit mistakes leave out.
-_NO_CHANGE_OF_BASE = patch(" / math.log(base)", "")
+# Rows are (name, misconception, edit, what the failure messages must match); mutants_of makes
+# each row a mutant that the cell's visible test and its hidden partner must both catch.
+_NO_CHANGE_OF_BASE = patch(" / math.log(base)", "")  # the entropy's change of base, which both unit mistakes leave out
 
-MUTANTS = [
-    Mutant(name="entropy-in-nats",
-           misconception="entropy in nats reported where bits are asked: the base argument is ignored",
-           cells={"row_entropy": _NO_CHANGE_OF_BASE},
-           must_fail=("test_row_entropy", "test_row_entropy_hidden"), message=r"in nats where bits were asked",
-           demo=True),
-    Mutant(name="entropy-in-bits",
-           misconception="entropy in bits reported where nats are asked: log2 whatever the base",
-           cells={"row_entropy": (patch("np.log(np.where", "np.log2(np.where"), _NO_CHANGE_OF_BASE)},
-           must_fail=("test_row_entropy", "test_row_entropy_hidden"), message=r"in bits where nats were asked"),
-    Mutant(name="scale-by-dk", misconception="scores divided by d_k instead of sqrt(d_k)",
-           cells={"attention_scores": patch("scores / math.sqrt(d_k)", "scores / d_k")},
-           must_fail=("test_attention_scores", "test_attention_scores_hidden", "test_mean_effective_keys",
-                      "test_mean_effective_keys_hidden"),
-           message=r"divided by d_k instead of sqrt\(d_k\)", demo=True),
-    Mutant(name="std-wrong-axis",
-           misconception="dot products summed over the pairs axis, so the spread is taken over the wrong axis",
-           cells={"dot_product_std": patch("dots = (q * k).sum(axis=-1)  # (n_pairs,)",
-                                           "dots = (q * k).sum(axis=0)  # (d_k,)")},
-           must_fail=("test_dot_product_std", "test_dot_product_std_hidden"), message=r"wrong axis", demo=True),
-    Mutant(name="effective-keys-exp-bits", misconception="effective keys computed as exp of an entropy in bits",
-           cells={"effective_keys": patch("2.0 ** row_entropy(weights, 2)", "np.exp(row_entropy(weights, 2))")},
-           must_fail=("test_effective_keys", "test_effective_keys_hidden"), message=r"exp of an entropy in bits",
-           demo=True),
-    Mutant(name="std-of-products",
-           misconception="the spread of single products q_c k_c measured instead of the spread of their sum",
-           cells={"dot_product_std": patch("float(dots.std())", "float((q * k).std())")},  # the sums computed, not used
-           must_fail=("test_dot_product_std", "test_dot_product_std_hidden"), message=r"single product"),
-    Mutant(name="global-random-state",
-           misconception="random numbers drawn from np.random's global state, ignoring the rng argument",
-           cells={"dot_product_std": patch("rng.standard_normal(", "np.random.standard_normal(", count=2)},
-           must_fail=("test_dot_product_std", "test_dot_product_std_hidden"), message=r"rng argument"),
-    Mutant(name="scaled-flag-ignored",
-           misconception="mean_effective_keys always uses scaled scores, whatever `scaled` says",
-           cells={"mean_effective_keys": patch("attention_scores(Q, K, scaled=scaled)", "attention_scores(Q, K)")},
-           must_fail=("test_mean_effective_keys", "test_mean_effective_keys_hidden"),
-           message=r"scaled=False was ignored|value matches scaled="),
-    Mutant(name="jacobian-elementwise-square",
-           misconception="a a^T written as a * a, so each row of the Jacobian subtracts a_j^2",
-           cells={"softmax_jacobian": patch("outer = a[..., :, None] * a[..., None, :]  # (..., T, T): a_i a_j",
-                                            "outer = a[..., None, :] * a[..., None, :]  # (..., 1, T): a_j a_j")},
-           must_fail=("test_softmax_jacobian", "test_softmax_jacobian_hidden"), message=r"a \* a is elementwise"),
-]
+# Entropy (listed first: the demo class takes the first demo mutants, in this order).
+MUTANTS = mutants_of("row_entropy", "test_row_entropy", [
+    ("entropy-in-nats", "entropy in nats reported where bits are asked: the base argument is ignored",
+     _NO_CHANGE_OF_BASE, r"in nats where bits were asked"),
+    ("entropy-in-bits", "entropy in bits reported where nats are asked: log2 whatever the base",
+     (patch("np.log(np.where", "np.log2(np.where"), _NO_CHANGE_OF_BASE), r"in bits where nats were asked"),
+], demo={"entropy-in-nats"})
+# The scores; the collapse experiment uses them, so it must fail too.
+MUTANTS += mutants_of("attention_scores", "test_attention_scores", [
+    ("scale-by-dk", "scores divided by d_k instead of sqrt(d_k)", patch("scores / math.sqrt(d_k)", "scores / d_k"),
+     r"divided by d_k instead of sqrt\(d_k\)"),
+], also=("test_mean_effective_keys", "test_mean_effective_keys_hidden"), demo={"scale-by-dk"})
 
-def _caught_by_its_tests(cell: str, test: str, rows: list[tuple]) -> list[Mutant]:
-    """Mutants of one answer cell that its visible test and its hidden partner must both catch.
+# The spread of q . k.
+MUTANTS += mutants_of("dot_product_std", "test_dot_product_std", [
+    ("std-wrong-axis", "dot products summed over the pairs axis, so the spread is taken over the wrong axis",
+     patch("dots = (q * k).sum(axis=-1)  # (n_pairs,)", "dots = (q * k).sum(axis=0)  # (d_k,)"), r"wrong axis"),
+    ("std-of-products", "the spread of single products q_c k_c measured instead of the spread of their sum",
+     patch("float(dots.std())", "float((q * k).std())"), r"single product"),  # the sums computed, not used
+    ("global-random-state", "random numbers drawn from np.random's global state, ignoring the rng argument",
+     patch("rng.standard_normal(", "np.random.standard_normal(", count=2), r"rng argument"),
+], demo={"std-wrong-axis"})
 
-    Args:
-        rows: (name, misconception, the edit(s) of the reference answer, what the messages must match).
-    """
-    return [Mutant(name=name, misconception=idea, cells={cell: edit}, must_fail=(test, f"{test}_hidden"), message=regex)
-            for name, idea, edit, regex in rows]
+# Effective keys.
+MUTANTS += mutants_of("effective_keys", "test_effective_keys", [
+    ("effective-keys-exp-bits", "effective keys computed as exp of an entropy in bits",
+     patch("2.0 ** row_entropy(weights, 2)", "np.exp(row_entropy(weights, 2))"), r"exp of an entropy in bits"),
+], demo={"effective-keys-exp-bits"})
+MUTANTS += mutants_of("mean_effective_keys", "test_mean_effective_keys", [
+    ("scaled-flag-ignored", "mean_effective_keys always uses scaled scores, whatever `scaled` says",
+     patch("attention_scores(Q, K, scaled=scaled)", "attention_scores(Q, K)"),
+     r"scaled=False was ignored|value matches scaled="),
+])
 
+# The softmax Jacobian.
+MUTANTS += mutants_of("softmax_jacobian", "test_softmax_jacobian", [
+    ("jacobian-elementwise-square", "a a^T written as a * a, so each row of the Jacobian subtracts a_j^2",
+     patch("outer = a[..., :, None] * a[..., None, :]  # (..., T, T): a_i a_j",
+           "outer = a[..., None, :] * a[..., None, :]  # (..., 1, T): a_j a_j"), r"a \* a is elementwise"),
+])
 
-# 9: a learned temperature.
-MUTANTS += _caught_by_its_tests("learn_temperature", "test_learn_temperature", [
+# A learned temperature.
+MUTANTS += mutants_of("learn_temperature", "test_learn_temperature", [
     ("temperature-steps-on-tau", "gradient steps taken on tau itself instead of on u = log tau", (
         patch("u = torch.zeros((), dtype=torch.float64, requires_grad=True)",
               "u = torch.ones((), dtype=torch.float64, requires_grad=True)"),
@@ -92,8 +80,8 @@ MUTANTS += _caught_by_its_tests("learn_temperature", "test_learn_temperature", [
      patch("u -= lr * grad", "u += lr * grad"), r"uphill"),
 ])
 
-# 10: QK-norm.
-MUTANTS += _caught_by_its_tests("qk_norm_scores", "test_qk_norm_scores", [
+# QK-norm.
+MUTANTS += mutants_of("qk_norm_scores", "test_qk_norm_scores", [
     ("qknorm-across-tokens", "QK-norm normalising each component across the tokens instead of each vector",
      patch("axis=-1, keepdims=True", "axis=-2, keepdims=True", count=2), r"across the tokens"),
     ("qknorm-keeps-sqrt-dk", "QK-norm cosines divided by sqrt(d_k) as well as multiplied by the gain",
@@ -104,7 +92,7 @@ MUTANTS += _caught_by_its_tests("qk_norm_scores", "test_qk_norm_scores", [
 ])
 
 # Extension: Nadaraya-Watson.
-MUTANTS += _caught_by_its_tests("nadaraya_watson", "test_nadaraya_watson", [
+MUTANTS += mutants_of("nadaraya_watson", "test_nadaraya_watson", [
     ("nw-bandwidth-unsquared", "Gaussian kernel exp(-d^2 / (2h)): the bandwidth not squared",
      patch("(2 * bandwidth**2)", "(2 * bandwidth)"), r"bandwidth was not\s+squared"),
     ("nw-weighted-sum", "kernel weights not normalised: a weighted sum instead of an average",
