@@ -22,11 +22,12 @@
 # 5. write the softmax Jacobian and measure how much gradient reaches the scores;
 # 6. learn the temperature instead of fixing it, and watch it run away;
 # 7. replace the fixed scale by QK-norm, and measure what each does when the weights grow;
-# 8. (extension) read attention as Nadaraya–Watson kernel regression, the scale as a bandwidth.
+# 8. (extension) read attention as Nadaraya–Watson kernel regression, the scale as a bandwidth,
+#    and linear attention as a kernel that factorises into a running state.
 #
 # **Time.** About 2 to 2.5 hours: an hour for sections 1–5, 30 minutes for sections 6–8, 45
 # minutes for the temperature and QK-norm (sections 9–10). The extension at the end takes about
-# 20 minutes more and carries 3 of the lab's points: skip it if you are short of time.
+# 35 minutes more and carries 6 of the lab's points: skip it if you are short of time.
 #
 # **Conventions used throughout.** `Q` is (..., T_q, d_k) and `K` is (..., T_k, d_k), one token
 # per row. Scores are (..., T_q, T_k): rows are queries, columns are keys, and every softmax runs
@@ -734,7 +735,7 @@ plt.show()
 #   initialisation, and it stays put when the weights grow.
 
 # %% [markdown]
-# ## Extension: attention is kernel regression (about 20 minutes, 3 points)
+# ## Extension: attention is kernel regression (about 35 minutes, 6 points)
 #
 # Optional if you are short of time; graded like the rest. Before transformers, a classic way
 # to predict y at a new point x from examples (xⱼ, yⱼ) was the **Nadaraya–Watson** estimator: a
@@ -842,4 +843,130 @@ plt.show()
 # (a uniform row, like dividing the scores by d_k), and the error is smallest in between. The
 # √d_k, a learned temperature and a QK-norm gain are three ways of setting that bandwidth for
 # attention.
+
+# %% [markdown]
+# ### Linear attention: a kernel that factorises (about 15 minutes, 3 points)
+#
+# The kernel view suggests a swap. Replace exp(q · k / √d_k) by a kernel that is a dot product
+# of features, κ(q, k) = φ(q) · φ(k), with φ positive so that every weight stays positive. Then
+# the sum over the keys factorises:
+#
+# out_i = Σⱼ (φ(qᵢ) · φ(kⱼ)) vⱼ / Σⱼ φ(qᵢ) · φ(kⱼ) = φ(qᵢ)ᵀ S / φ(qᵢ)ᵀ z,
+# with S = Σⱼ φ(kⱼ) vⱼᵀ (d_k, d_v) and z = Σⱼ φ(kⱼ) (d_k,).
+#
+# With a causal mask the sums run over j ≤ i, so S and z are **running sums**: a state of fixed
+# size that each new token updates once, as in a recurrent network. A sequence costs O(T) time
+# and the state O(1) memory per step, against softmax attention's T × T weights. This is
+# *linear attention* (Katharopoulos et al., 2020, "Transformers are RNNs"), with their feature
+# map φ(x) = elu(x) + 1, given below.
+#
+# Write `linear_attention_step`: one causal step from the state after the earlier tokens and
+# the new token's q, k, v to this token's output and the new state. The new token attends to
+# itself (j ≤ i), so it joins the state before its output is read.
+
+# %% nbgrader={"grade_id": "linear_attention_given", "locked": true}
+def elu_feature(x):
+    """phi(x) = elu(x) + 1, elementwise: x + 1 for x > 0, exp(x) otherwise; always positive."""
+    x = np.asarray(x, dtype=float)
+    return np.where(x > 0, x + 1.0, np.exp(np.minimum(x, 0.0)))
+
+
+def linear_attention_quadratic(Q, K, V):
+    """Causal linear attention written with its (T, T) weight matrix: (T, d_k), (T, d_k), (T, d_v) -> (T, d_v)."""
+    kernel = np.tril(elu_feature(Q) @ elu_feature(K).T)  # (T, T): phi(q_i) . phi(k_j) for j <= i
+    return kernel @ V / kernel.sum(axis=-1, keepdims=True)  # (T, d_v)
+
+
+def run_linear_attention(step, Q, K, V):
+    """Feed the tokens to step one at a time from an empty state; returns ((T, d_v) outputs, final state)."""
+    state = (np.zeros((Q.shape[1], V.shape[1])), np.zeros(Q.shape[1]))  # S (d_k, d_v), z (d_k,)
+    outputs = []
+    for q, k, v in zip(Q, K, V):
+        out, state = step(state, q, k, v)
+        outputs.append(as_array(out))
+    return np.stack(outputs), state  # (T, d_v)
+
+# %% nbgrader={"grade_id": "linear_attention_step", "solution": true}
+def linear_attention_step(state, q, k, v):
+    """One causal step of linear attention with the feature map elu_feature.
+
+    Args:
+        state: (S, z) after the earlier tokens: S (d_k, d_v) = sum of outer(phi(k_j), v_j),
+            z (d_k,) = sum of phi(k_j); both zero before the first token.
+        q, k: (d_k,) the new token's query and key; v: (d_v,) its value.
+
+    Returns:
+        out (d_v,), the new token's output, and the new state (S, z), this token included.
+    """
+    ### BEGIN SOLUTION
+    S, z = state
+    phi_k = elu_feature(k)  # (d_k,)
+    S = S + np.outer(phi_k, v)  # (d_k, d_v): this token's key-value product joins the sum
+    z = z + phi_k  # (d_k,)
+    phi_q = elu_feature(q)  # (d_k,)
+    out = phi_q @ S / (phi_q @ z)  # (d_v,)
+    return out, (S, z)
+    ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_linear_attention_step", "points": 1}
+rng = np.random.default_rng(11)
+Q_lin, K_lin, V_lin = rng.standard_normal((5, 3)), rng.standard_normal((5, 3)), rng.standard_normal((5, 2))
+outs_lin, (S_lin, z_lin) = run_linear_attention(linear_attention_step, Q_lin, K_lin, V_lin)
+expect_shape(as_array(S_lin), (3, 2), "the state S after 5 tokens", "S is (d_k, d_v) whatever the number of tokens.")
+expect_close(as_array(S_lin), elu_feature(K_lin).T @ V_lin, "the state S after 5 tokens", atol=1e-10,
+             hint="S is the running sum of outer(phi(k_j), v_j): add this token's product to it, do not replace "
+                  "it, and apply elu_feature to the key.")
+expect_close(as_array(z_lin), elu_feature(K_lin).sum(axis=0), "the state z after 5 tokens", atol=1e-10,
+             hint="z is the running sum of phi(k_j): add this token's features to it, do not replace it.")
+expect_close(outs_lin[0], V_lin[0], "the first token's output", atol=1e-10,
+             hint="The first token sees only itself, so its weights are (1,) and its output is v_0. Was the output "
+                  "read before the state was updated with this token, or not divided by phi(q) . z?")
+expect_close(outs_lin, linear_attention_quadratic(Q_lin, K_lin, V_lin), "the outputs, step by step, vs the "
+             "quadratic form", atol=1e-10,
+             hint="out = phi(q) . S / phi(q) . z: apply elu_feature to the query as well as the key.")
+
+# %% nbgrader={"grade": true, "grade_id": "test_linear_attention_step_hidden", "points": 2}
+# Hidden tests: fresh lengths with d_k != d_v, every step checked from the grader's own state.
+### BEGIN HIDDEN TESTS
+from mlbook.labs.lab02_scaling import hidden
+hidden.check_linear_attention_step(linear_attention_step)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# What it buys: the state's size does not depend on T, and neither does the cost of a step.
+# The cell runs your step over sequences of growing length and times the quadratic form on the
+# same inputs; a Python loop has a large constant cost per step, so compare how each column
+# grows, not the columns with each other.
+
+# %% nbgrader={"grade_id": "linear_attention_cost", "locked": true}
+import time
+
+rng = np.random.default_rng(2)
+for T in (256, 1024, 2048):
+    Q_T, K_T, V_T = rng.standard_normal((T, 16)), rng.standard_normal((T, 16)), rng.standard_normal((T, 16))
+    start = time.perf_counter()
+    outs_T, (S_T, z_T) = run_linear_attention(linear_attention_step, Q_T, K_T, V_T)
+    per_step = (time.perf_counter() - start) / T
+    start = time.perf_counter()
+    quadratic_T = linear_attention_quadratic(Q_T, K_T, V_T)
+    quadratic = time.perf_counter() - start
+    state_bytes = as_array(S_T).nbytes + as_array(z_T).nbytes
+    print(f"T = {T:5d}: {per_step * 1e6:6.1f} us a step, state {state_bytes:,} B | quadratic form {quadratic * 1e3:6.1f} ms, "
+          f"weights {T * T * 8:,} B | largest difference {np.abs(outs_T - quadratic_T).max():.1e}")
+
+# %% [markdown]
+# The price is the kernel. exp(q · k) can make a row as sharp as it likes; elu(q) + 1 and
+# elu(k) + 1 are positive features, and their dot product changes slowly with the scores. The
+# cell compares the effective keys (section 4) of softmax rows and linear-attention
+# rows on the same queries and keys, as the scores grow.
+
+# %% nbgrader={"grade_id": "linear_attention_sharpness", "locked": true}
+rng = np.random.default_rng(4)
+Q_s, K_s = rng.standard_normal((64, 16)), rng.standard_normal((64, 16))
+for gain in (0.5, 1.0, 2.0, 4.0):
+    soft = softmax(gain * Q_s @ K_s.T / 4.0, axis=-1)  # (64, 64)
+    lin = elu_feature(gain * Q_s) @ elu_feature(gain * K_s).T  # (64, 64)
+    lin = lin / lin.sum(axis=-1, keepdims=True)
+    keys = lambda w: float(np.mean(np.exp(-(w * np.log(w)).sum(axis=-1))))  # noqa: E731: mean effective keys
+    print(f"queries and keys x {gain}: softmax rows use {keys(soft):5.1f} of 64 keys, linear-attention rows {keys(lin):5.1f}")
 

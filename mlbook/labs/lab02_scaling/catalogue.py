@@ -101,6 +101,24 @@ MUTANTS += mutants_of("nadaraya_watson", "test_nadaraya_watson", [
     ("nw-over-queries", "kernel weights normalised over the query points instead of the examples",
      patch("(2 * bandwidth**2), axis=-1)", "(2 * bandwidth**2), axis=0)"), r"query points"),
 ])
+MUTANTS += mutants_of("linear_attention_step", "test_linear_attention_step", [
+    ("linear-state-replaced", "the linear-attention state replaced by the new token's product instead of accumulated",
+     patch("S = S + np.outer(phi_k, v)", "S = np.outer(phi_k, v)"), r"do not replace"),
+    ("linear-no-normaliser", "linear attention without the normaliser phi(q) . z",
+     patch("out = phi_q @ S / (phi_q @ z)", "out = phi_q @ S"), r"divided by"),
+    ("linear-read-before-update", "the output read from the state before the new token joined it (no self-attention)",
+     patch("""    S = S + np.outer(phi_k, v)  # (d_k, d_v): this token's key-value product joins the sum
+    z = z + phi_k  # (d_k,)
+    phi_q = elu_feature(q)  # (d_k,)
+    out = phi_q @ S / (phi_q @ z)  # (d_v,)
+""", """    phi_q = elu_feature(q)  # (d_k,)
+    out = phi_q @ S / (phi_q @ z)  # (d_v,)
+    S = S + np.outer(phi_k, v)  # (d_k, d_v)
+    z = z + phi_k  # (d_k,)
+"""), r"before the state was updated"),
+    ("linear-query-raw", "the feature map applied to the key only, not to the query",
+     patch("phi_q = elu_feature(q)", "phi_q = q"), r"to the query"),
+])
 
 
 ALTERNATIVES = [
@@ -116,8 +134,8 @@ ALTERNATIVES = [
     return entr(weights).sum(axis=-1) / np.log(base)
 '''}),
     Alternative(name="torch",
-                description="torch instead of numpy for the spread, the scores, the entropy and the Jacobian, "
-                            "returning tensors",
+                description="torch instead of numpy for the spread, the scores, the entropy, the Jacobian and "
+                            "the linear-attention step, returning tensors",
                 cells={
         "dot_product_std": '''import torch
 
@@ -214,10 +232,22 @@ def nadaraya_watson(x_query, x_train, y_train, bandwidth):
     logk = -np.sum((x_query[:, None] - x_train[None]) ** 2, axis=2) / (2 * bandwidth * bandwidth)
     return np.exp(logk - logsumexp(logk, axis=1, keepdims=True)) @ y_train
 """,
+        "linear_attention_step": """import torch
+import torch.nn.functional as F
+
+def linear_attention_step(state, q, k, v):
+    S, z = (torch.as_tensor(np.asarray(a), dtype=torch.float64) for a in state)
+    q, k, v = (torch.as_tensor(np.asarray(a), dtype=torch.float64) for a in (q, k, v))
+    fq, fk = F.elu(q) + 1, F.elu(k) + 1
+    S = S + torch.outer(fk, v)
+    z = z + fk
+    return (fq @ S) / torch.dot(fq, z), (S, z)
+""",
     }),
     Alternative(name="numpy-gradient-and-loops",
                 description="learn_temperature with the gradient written out in NumPy; cosines as the dot product "
-                            "over the product of the norms; Nadaraya-Watson one query at a time with cdist",
+                            "over the product of the norms; Nadaraya-Watson one query at a time with cdist; the "
+                            "linear-attention step in loops, elu + 1 as exp(min(x, 0)) + max(x, 0), the state a list",
                 cells={
         "learn_temperature": """def learn_temperature(Q, K, V, Y, steps=200, lr=1.0):
     s0 = np.einsum("...qd,...kd->...qk", Q, K) / np.sqrt(Q.shape[-1])
@@ -245,6 +275,18 @@ def nadaraya_watson(x_query, x_train, y_train, bandwidth):
         w = np.exp(s - s.max())
         out.append(w @ y_train / w.sum())
     return np.array(out)
+""",
+        "linear_attention_step": """def linear_attention_step(state, q, k, v):
+    S = np.array(state[0], dtype=float)
+    z = np.array(state[1], dtype=float)
+    fk = np.exp(np.minimum(k, 0)) + np.maximum(k, 0)
+    fq = np.exp(np.minimum(q, 0)) + np.maximum(q, 0)
+    for a in range(len(fk)):
+        z[a] += fk[a]
+        for b in range(len(v)):
+            S[a, b] += fk[a] * v[b]
+    num = np.einsum("a,ab->b", fq, S)
+    return num / np.einsum("a,a->", fq, z), [S, z]
 """,
     }),
 ]

@@ -22,6 +22,7 @@ The notebook calls ``hidden.check_x(...)``; the checks live by graded function i
 - ``jacobian``           softmax_jacobian;
 - ``temperature``        learn_temperature;
 - ``kernel_regression``  nadaraya_watson (the extension);
+- ``linear``             linear_attention_step (the extension);
 and ``_common`` holds what they share (``Z_SIGMA``, the advice for a result that is not one number).
 """
 
@@ -29,6 +30,7 @@ from .collapse import check_mean_effective_keys
 from .entropy import check_effective_keys, check_row_entropy
 from .jacobian import check_softmax_jacobian
 from .kernel_regression import check_nadaraya_watson
+from .linear import check_linear_attention_step
 from .scores import check_attention_scores, check_qk_norm_scores
 from .spread import check_dot_product_std
 from .temperature import check_learn_temperature
@@ -43,4 +45,5 @@ __all__ = [
     "check_learn_temperature",
     "check_qk_norm_scores",
     "check_nadaraya_watson",
+    "check_linear_attention_step",
 ]
