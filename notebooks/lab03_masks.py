@@ -125,9 +125,9 @@ hidden.check_causal_mask(causal_mask)
 # ### 1b. The causal mask during cached decoding
 #
 # When a decoder generates, it keeps the keys and values of the tokens it has already seen
-# (the *KV cache*: lab 6 builds it, in its section "Decoding with a KV cache") and only computes queries for the `T_new` newest
-# tokens. The scores are then `(T_new, T_total)`: the queries are the **last** `T_new`
-# positions, so query *i* is at absolute position `T_total - T_new + i` and may read keys
+# (the *KV cache*: lab 6 builds it, in its section "Decoding with a KV cache") and only
+# computes queries for the `T_new` newest tokens. The scores are then `(T_new, T_total)`: the
+# queries are the **last** `T_new` positions, so query *i* is at absolute position `T_total - T_new + i` and may read keys
 # `0 … T_total - T_new + i`.
 #
 # (PyTorch's `is_causal=True` aligns a non-square mask the other way, top-left: query 0 reads key 0
@@ -906,7 +906,7 @@ else:
 # * `step_by_step_logits(decoder, targets, bos_id)`: T calls, call *t* on the first *t + 1* tokens
 #   of the shifted targets, each time keeping the logits of the **last** position. Each step
 #   recomputes its whole prefix from scratch; keeping the keys and values of earlier steps instead
-#   is the KV cache of lab 6.
+#   is the KV cache, built in lab 6's section "Decoding with a KV cache".
 
 # %% nbgrader={"grade_id": "teacher_forcing_given", "locked": true}
 decoder_tf = tiny_decoder(seed=3)  # decoder_tf(tokens (B, T), mask) -> (B, T, VOCAB) logits
@@ -958,15 +958,15 @@ step_logits = step_by_step_logits(decoder_tf, targets_tf, BOS)
 expect_shape(tf_logits, (2, 8, VOCAB), "teacher_forced_logits(decoder_tf, targets_tf, BOS)", "One row per target: (B, T, V).")
 expect_shape(step_logits, (2, 8, VOCAB), "step_by_step_logits(decoder_tf, targets_tf, BOS)",
              "Stack the T steps along dim 1: (B, T, V).")
+expect_close(tf_logits, step_logits, "teacher_forced_logits vs step_by_step_logits", atol=1e-5,
+             hint="One causal pass and T prefix passes must agree: pass the causal mask in the single pass, and keep "
+                  "the LAST position's logits at every step.")
 expect_close(tf_logits[:, 0], decoder_tf(torch.full((2, 1), BOS), None)[:, 0], "position 0 of the teacher-forced logits",
              atol=1e-5, hint="Position 0 reads BOS alone: shift the targets right by one, BOS first.")
 last_changed = targets_tf.clone()
 last_changed[:, -1] = last_changed[:, -1] % (VOCAB - 1) + 1  # another token (never BOS) in the last place
 expect_close(teacher_forced_logits(decoder_tf, last_changed, BOS), tf_logits, "the logits after changing the LAST target",
              atol=1e-6, hint="The last target is only predicted, never read: the input is BOS followed by targets[:, :-1].")
-expect_close(tf_logits, step_logits, "teacher_forced_logits vs step_by_step_logits", atol=1e-5,
-             hint="One causal pass and T prefix passes must agree: pass the causal mask in the single pass, and keep "
-                  "the LAST position's logits at every step.")
 
 # %% nbgrader={"grade": true, "grade_id": "test_teacher_forcing_hidden", "points": 2}
 # Hidden tests: a decoder with fresh weights, other vocabularies, lengths, batch sizes and BOS ids.
