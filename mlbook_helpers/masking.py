@@ -30,6 +30,9 @@ __all__ = [
     "library_padding_layer",
     "causal_layer_with_leak",
     "padding_layer_with_leak",
+    "VOCAB",
+    "BOS",
+    "tiny_decoder",
 ]
 
 D_MODEL = 8  # width of every layer's tokens: x is (B, T, D_MODEL)
@@ -37,6 +40,9 @@ N_HEADS = 2
 # The mistakes a ``*_with_leak`` layer can make (None: a correct layer).
 CAUSAL_LEAKS = ("no mask", "one future key", "after softmax", "first query sees all")
 PADDING_LEAKS = ("no mask", "queries", "first sequence")
+VOCAB = 11  # tokens of the tiny decoder: ids 0 .. VOCAB - 1
+BOS = 0  # the tiny decoder's begin-of-sequence token
+MAX_LEN = 64  # longest sequence the tiny decoder has positions for
 
 
 def _projections(seed: int) -> torch.nn.Linear:
@@ -177,3 +183,37 @@ def padding_layer_with_leak(weights: torch.Tensor,
         return _one_head(x, weights, allowed)  # allowed broadcasts to (B, T, T)
 
     return layer
+
+
+def tiny_decoder(seed: int = 0, vocab: int = VOCAB) -> Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor]:
+    """A one-layer, two-head decoder with random weights: token and position embeddings, one
+    self-attention layer (torch's SDPA under the mask it is given) with a residual, and a linear
+    read-out to next-token logits.
+
+    Args:
+        seed: seed of the weights.
+        vocab: number of token ids.
+
+    Returns:
+        decoder(tokens, mask) -> logits: tokens (B, T) integer ids (T <= 64), mask bool
+        broadcastable to (B, 2, T, T), True where attention is allowed, or None (no mask);
+        logits (B, T, vocab) float32, row t being the prediction of the token after position t.
+    """
+    with torch.random.fork_rng():  # fixed weights, without touching the notebook's random state
+        torch.manual_seed(seed)
+        embed, pos = torch.nn.Embedding(vocab, D_MODEL), torch.nn.Embedding(MAX_LEN, D_MODEL)
+        proj, read_out = torch.nn.Linear(D_MODEL, 3 * D_MODEL), torch.nn.Linear(D_MODEL, vocab)
+    d_head = D_MODEL // N_HEADS
+
+    @torch.no_grad()
+    def decoder(tokens: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        tokens = torch.as_tensor(tokens).long()
+        B, T = tokens.shape
+        x = embed(tokens) + pos(torch.arange(T))  # (B, T, D_MODEL)
+        q, k, v = (t.view(B, T, N_HEADS, d_head).transpose(1, 2)
+                   for t in proj(x).split(D_MODEL, dim=-1))  # (B, H, T, d_head) each
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, H, T, d_head)
+        h = x + y.transpose(1, 2).reshape(B, T, D_MODEL)  # (B, T, D_MODEL)
+        return read_out(h)  # (B, T, vocab)
+
+    return decoder

@@ -22,8 +22,16 @@
 #    PyTorch's own;
 # 3. reproduce the lesson's causal tables, and see what -inf, -1e9 and `finfo.min` do in float16;
 # 4. see what masking *after* the softmax does, and write two property tests that catch leaks;
-# 5. translate between PyTorch's two opposite mask conventions, and test permutation equivariance
-#    and cross-attention masks.
+# 5. translate between PyTorch's two opposite mask conventions, and measure the defaults of
+#    `nn.MultiheadAttention` and SDPA that change results without an error;
+# 6. show that teacher forcing (a whole target sequence in one causal pass) gives exactly the
+#    predictions of step-by-step decoding, and use the right mask for cross-attention.
+#
+# **Time.** About 2.5 hours for a student who has done the lesson: 40 minutes for sections 1–4,
+# 30 for sections 5–7, 30 for the property tests of section 8, 30 for PyTorch's conventions and
+# defaults (section 9), 20 for teacher forcing and cross-attention (sections 10–11). The extension
+# at the end (permutation equivariance, about 15 minutes) is ungraded: skip it if you are short
+# of time.
 #
 # **The convention of this lab (and of the course): a boolean mask is `True` where attention
 # is allowed.** Masks broadcast against scores of shape `(B, H, T_q, T_k)`: batch, heads,
@@ -39,6 +47,7 @@
 
 # %% nbgrader={"grade_id": "setup", "locked": true}
 import math
+import time
 import warnings
 
 import numpy as np
@@ -47,7 +56,8 @@ from torch.nn import functional as F
 
 from mlbook_helpers.checks import expect, expect_close, expect_finite, expect_rows_sum_to_one, expect_shape
 from mlbook_helpers.examples import bank_session, ticket_example
-from mlbook_helpers.masking import D_MODEL, library_attention, library_causal_layer, library_padding_layer
+from mlbook_helpers.masking import (BOS, D_MODEL, VOCAB, library_attention, library_causal_layer, library_padding_layer,
+                                    tiny_decoder)
 from mlbook_helpers.plotting import curves, heatmap_grid
 
 warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\..*")  # library notices, not errors
@@ -115,9 +125,9 @@ hidden.check_causal_mask(causal_mask)
 # ### 1b. The causal mask during cached decoding
 #
 # When a decoder generates, it keeps the keys and values of the tokens it has already seen
-# (the *KV cache*, built in a later section) and only computes queries for the `T_new` newest
-# tokens. The scores are then `(T_new, T_total)`: the queries are the **last** `T_new`
-# positions, so query *i* is at absolute position `T_total - T_new + i` and may read keys
+# (the *KV cache*: lab 6 builds it, in its section "Decoding with a KV cache") and only
+# computes queries for the `T_new` newest tokens. The scores are then `(T_new, T_total)`: the
+# queries are the **last** `T_new` positions, so query *i* is at absolute position `T_total - T_new + i` and may read keys
 # `0 … T_total - T_new + i`.
 #
 # (PyTorch's `is_causal=True` aligns a non-square mask the other way, top-left: query 0 reads key 0
@@ -429,8 +439,10 @@ expect_close(bank_causal[0], [1.0, 0.0, 0.0], "the login row of the bank session
 # * `w_neg_inf`: the softmax of `row` after filling the masked entries with `float("-inf")`;
 # * `w_finfo`: the same with `torch.finfo(torch.float16).min`;
 # * `neg_1e9_in_fp16`: the float16 tensor you get from `torch.tensor(-1e9).to(torch.float16)`;
-# * `masked_fill_error`: the message (a string) of the error torch raises when you `masked_fill`
-#   the masked entries of `row` with -1e9; catch it with `try` / `except RuntimeError as e`;
+# * `masked_fill_error`: the message (a string, `str(e)`) of the error torch raises when you
+#   `masked_fill` the masked entries of `row` with -1e9; catch it with `try` /
+#   `except RuntimeError as e`. (The wording differs between torch releases; torch 2.13 says the
+#   value "cannot be converted to type c10::Half without overflow".)
 # * `w_additive`: an **additive** mask is a float tensor that is 0 where allowed and `finfo.min`
 #   where masked, added to the scores. Build it in float16 for `nothing`, add it to `row - 20`
 #   (scores that are more negative), and take the softmax.
@@ -466,8 +478,9 @@ expect(w_finfo.dtype == torch.float16, "w_finfo", f"dtype is {w_finfo.dtype}", "
 expect_close(w_finfo, [[0.25, 0.25, 0.25, 0.25]], "w_finfo", hint="finfo.min is finite: a fully masked row becomes uniform.")
 expect(neg_1e9_in_fp16.dtype == torch.float16 and bool(torch.isneginf(neg_1e9_in_fp16)), "neg_1e9_in_fp16",
        f"is {neg_1e9_in_fp16}", "Convert -1e9 to float16: it exceeds 65504, so it becomes -inf.")
-expect(isinstance(masked_fill_error, str) and "overflow" in masked_fill_error, "masked_fill_error",
-       f"is {masked_fill_error!r}", "masked_fill on a float16 tensor with -1e9 raises a RuntimeError about overflow.")
+expect(isinstance(masked_fill_error, str) and len(masked_fill_error) > 0, "masked_fill_error",
+       f"is {masked_fill_error!r}",
+       "masked_fill on a float16 tensor with -1e9 raises a RuntimeError: keep its message, str(e).")
 expect(w_additive.dtype == torch.float16 and bool(torch.isnan(w_additive).all()), "w_additive", f"is {w_additive}",
        "In float16, -20 + (-65504) rounds past the largest magnitude to -inf, so the fully masked row is NaN again.")
 
@@ -742,66 +755,248 @@ expect_shape(weight_on_padding, (2, 5), "weight_on_padding", "One number per (se
 expect_close(weight_on_padding, torch.ones(2, 5), "weight_on_padding",
              hint="With True = real token passed as key_padding_mask (True = ignore), MultiheadAttention ignores every "
                   "real token: all the weight lands on the padding.")
-expect(bool((sdpa_dead == 0).all()), "sdpa_dead", f"is {sdpa_dead.flatten()[:4]}",
-       "Call F.scaled_dot_product_attention with attn_mask=dead_sdpa_mask: this torch version returns zeros.")
+expect(bool((sdpa_dead == 0).all()) or bool(torch.isnan(sdpa_dead).all()), "sdpa_dead", f"is {sdpa_dead.flatten()[:4]}",
+       "Call F.scaled_dot_product_attention with attn_mask=dead_sdpa_mask: recent torch returns zeros, older "
+       "releases NaN.")
 expect(bool(torch.isnan(mha_dead).all()), "mha_dead", f"is {mha_dead.flatten()[:4]}",
        "Call mha with key_padding_mask=dead_kpm: MultiheadAttention returns NaN for a fully masked row.")
 
 # %% [markdown]
-# So the same "no key allowed" situation gives zeros from SDPA, NaN from `nn.MultiheadAttention`,
+# So the same "no key allowed" situation gives zeros from SDPA (on torch 2.13; older torch
+# releases return NaN there too, and the test accepts either), NaN from `nn.MultiheadAttention`,
 # and a uniform average of the values from your `finfo.min` version. None of them raises an
 # error. NaN is the dangerous one: one NaN row poisons the gradients of the whole batch. Keep fully
 # masked rows finite, and keep padded positions out of the loss.
 
 # %% [markdown]
-# ## 10. Permutation equivariance (exercise 3)
+# ### Defaults that change results without an error
 #
-# Without a mask, attention has no idea of order: permuting the tokens (the rows of q, k and v
-# together) permutes the outputs the same way, `Attn(Pq, Pk, Pv) = P·Attn(q, k, v)`. The causal
-# mask depends on the *index*, not the content, so it breaks this. Write `permutation_gap`, the
-# largest absolute difference between the two sides.
+# The lesson's table lists four defaults of PyTorch's attention that change what you compute.
+# None of them raises an error; each cell below measures one.
+#
+# **`nn.MultiheadAttention(..., batch_first=False)`.** By default the layer reads `(T, B, E)`,
+# sequence first. Hand it a batch-first `(B, T, E)` tensor and it attends over the **batch** axis:
+# every "sequence" it sees is one position taken from each of your sequences. The output has the
+# shape of the input, so nothing complains. Two tells: the attribute `mha.batch_first`, and the
+# shape of the returned weights, `(T, B, B)` instead of `(B, T, T)`.
 
-# %% nbgrader={"grade_id": "permutation_gap", "solution": true}
-def permutation_gap(attn_fn, q, k, v, perm, mask=None):
-    """How far attention is from permutation equivariance.
+# %% nbgrader={"grade_id": "defaults_given", "locked": true}
+mha_seq = torch.nn.MultiheadAttention(D_MODEL, 2).eval()  # the default batch_first=False: reads (T, B, E)
+mha_bf = torch.nn.MultiheadAttention(D_MODEL, 2, batch_first=True).eval()  # reads (B, T, E)
+mha_bf.load_state_dict(mha_seq.state_dict())  # the same weights: only the layout differs
+x_bf = torch.randn(2, 5, D_MODEL, generator=torch.Generator().manual_seed(9))  # (B, T, D_MODEL), batch first
+with torch.no_grad():
+    out_right, w_right = mha_bf(x_bf, x_bf, x_bf)  # (B, T, D_MODEL), (B, T, T)
+    out_silent, w_silent = mha_seq(x_bf, x_bf, x_bf)  # x_bf read as (T=2, B=5, E): wrong, and no error
+print("mha_seq.batch_first:", mha_seq.batch_first, "| output shapes:", tuple(out_right.shape), tuple(out_silent.shape))
+print("weights: batch_first=True", tuple(w_right.shape), "| silent transpose", tuple(w_silent.shape))
+print(f"largest difference between the two outputs: {(out_right - out_silent).abs().max():.3f}")
+
+# %% [markdown]
+# **`need_weights=True, average_attn_weights=True`.** The weights the layer returns by default
+# are the **mean over the heads**, `(B, T, T)`. A map read off that average may belong to no
+# head at all (a "head that attends to *refund*" may not exist). `average_attn_weights=False`
+# returns one map per head, `(B, H, T, T)`.
+
+# %% nbgrader={"grade_id": "head_average", "locked": true}
+with torch.no_grad():
+    w_heads = mha_bf(x_bf, x_bf, x_bf, average_attn_weights=False)[1]  # (B, H, T, T)
+print(f"default weights - mean of the per-head weights: {(w_right - w_heads.mean(1)).abs().max():.1e}")
+print(f"head 0 and head 1 differ by up to {(w_heads[:, 0] - w_heads[:, 1]).abs().max():.3f}; "
+      f"the average differs from head 0 by up to {(w_right - w_heads[:, 0]).abs().max():.3f}")
+
+# %% [markdown]
+# Write `mha_batch_first(mha, x)`: run a sequence-first layer (one built with the default
+# `batch_first=False`) as self-attention on batch-first tokens `x`, `(B, T, E)`, and return its
+# outputs batch first together with the weights of **every head**. Swap the axes with
+# `transpose`, not `reshape` or `view` (those keep the memory order, so they regroup the tokens
+# instead of swapping two axes). The weights the layer returns are batch first, `(B, H, T, T)`,
+# whatever `batch_first` says.
+
+# %% nbgrader={"grade_id": "mha_batch_first", "solution": true}
+def mha_batch_first(mha, x):
+    """Self-attention of batch-first tokens through a sequence-first nn.MultiheadAttention.
 
     Args:
-        attn_fn: attention(q, k, v, mask) -> (out, attn), as your scaled_dot_product_attention.
-        q: (B, H, T, d_k), k: (B, H, T, d_k), v: (B, H, T, d_v).
-        perm: (T,) a permutation of the positions.
-        mask: passed to attn_fn unchanged (None, or e.g. causal_mask(T)).
+        mha: nn.MultiheadAttention built with the default batch_first=False: it reads (T, B, E).
+        x: (B, T, E) batch-first tokens, used as queries, keys and values.
 
     Returns:
-        max |attn_fn(q[perm], k[perm], v[perm]).out - attn_fn(q, k, v).out[perm]| as a float,
-        permuting the token axis (dim -2).
+        out: (B, T, E) the outputs, batch first;
+        weights: (B, H, T, T) the weights of every head (not their average), H = mha.num_heads.
     """
     ### BEGIN SOLUTION
-    out, _ = attn_fn(q, k, v, mask)  # (B, H, T, d_v)
-    out_perm, _ = attn_fn(q[..., perm, :], k[..., perm, :], v[..., perm, :], mask)  # (B, H, T, d_v)
-    return float((out_perm - out[..., perm, :]).abs().max())
+    x_tbe = x.transpose(0, 1)  # (T, B, E): the layout the layer expects
+    out, weights = mha(x_tbe, x_tbe, x_tbe, need_weights=True, average_attn_weights=False)  # (T, B, E), (B, H, T, T)
+    return out.transpose(0, 1), weights  # (B, T, E), (B, H, T, T)
     ### END SOLUTION
 
-# %% nbgrader={"grade": true, "grade_id": "test_permutation_gap", "points": 1}
-perm5 = torch.tensor([3, 0, 4, 1, 2])  # library_attention: torch's SDPA, returning (out, None)
-gap_plain = permutation_gap(library_attention, q_t, k_t, v_t, perm5)
-gap_causal = permutation_gap(library_attention, q_t, k_t, v_t, perm5, causal_mask(5))
-print(f"gap without a mask: {gap_plain:.2e} | with the causal mask: {gap_causal:.3f}")
-expect(gap_plain < 1e-5, "permutation_gap without a mask", f"is {gap_plain:.3g}",
-       "Permute q, k and v along the token axis (dim -2) with the same perm, and re-order the original outputs by perm.")
-expect(gap_causal > 1e-2, "permutation_gap with the causal mask", f"is {gap_causal:.3g}",
-       "The causal mask depends on positions, so permuting the tokens should change the outputs.")
+# %% nbgrader={"grade": true, "grade_id": "test_mha_batch_first", "points": 1}
+with torch.no_grad():
+    out_mine, w_mine = mha_batch_first(mha_seq, x_bf)
+expect_shape(out_mine, (2, 5, D_MODEL), "out of mha_batch_first(mha_seq, x_bf)",
+             "Transpose the outputs back to batch first, (B, T, E).")
+expect_close(out_mine, out_right, "mha_batch_first(mha_seq, x_bf) vs the batch_first=True layer", atol=1e-5,
+             hint="Transpose x to (T, B, E) with x.transpose(0, 1) (not a reshape) before the call, and the outputs "
+                  "back after it.")
+expect_shape(w_mine, (2, 2, 5, 5), "weights of mha_batch_first(mha_seq, x_bf)",
+             "Pass average_attn_weights=False: one (T, T) map per head, (B, H, T, T), already batch first.")
+expect_close(w_mine.mean(1), w_right, "the mean over heads of your weights vs the layer's default weights", atol=1e-6,
+             hint="Return the weights of the same call, per head.")
 
-# %% nbgrader={"grade": true, "grade_id": "test_permutation_gap_hidden", "points": 2}
-# Hidden tests: fresh shapes and permutations; the gap is 0 without a mask and > 0 with the causal one.
+# %% nbgrader={"grade": true, "grade_id": "test_mha_batch_first_hidden", "points": 2}
+# Hidden tests: layers of other widths and head counts, batch and length drawn different from each other.
 ### BEGIN HIDDEN TESTS
 from mlbook.labs.lab03_masks import hidden
-hidden.check_permutation_gap(permutation_gap)
+hidden.check_mha_batch_first(mha_batch_first)
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# The causal mask is thus a source of positional information by itself: a decoder without any
-# position encoding can still tell where it is, which is why decoder-only models have been reported
-# to learn positions without explicit position encodings.
+# **SDPA's `scale=None` means `1/sqrt(E)`**, with `E = q.size(-1)`, the width of one **head**
+# (not the model's width). Pass `scale=` only on purpose (a learned temperature, QK-norm): any
+# other number silently changes how peaked the weights are.
+
+# %% nbgrader={"grade_id": "sdpa_scale", "locked": true}
+g_s = torch.Generator().manual_seed(12)
+q_s, k_s, v_s = (torch.randn(1, 2, 5, 4, generator=g_s) for _ in range(3))  # (B, H, T, E) each, E = 4
+by_hand = torch.softmax(q_s @ k_s.transpose(-2, -1) / math.sqrt(4), dim=-1) @ v_s  # (1, 2, 5, 4)
+for label, kwargs in [("default (scale=None)", {}), ("scale=1/sqrt(4)", {"scale": 1 / math.sqrt(4)}),
+                      ("scale=1/sqrt(8), the model's width", {"scale": 1 / math.sqrt(8)}), ("scale=1", {"scale": 1.0})]:
+    gap = (F.scaled_dot_product_attention(q_s, k_s, v_s, **kwargs) - by_hand).abs().max()
+    print(f"{label:>34}: largest difference from softmax(q k^T / sqrt(4)) v = {gap:.2e}")
+
+# %% [markdown]
+# **`is_causal=True` together with `attn_mask`.** The lesson's table says that passing both is
+# an error. On torch 2.13 it is not: nothing is raised, and the cell below measures what SDPA
+# computes instead. It equals SDPA under the **AND** of the causal and the padding masks (largest
+# difference 0), not either mask alone. Because the lesson, written from the documentation, and
+# the library disagree here, rely on neither: combine the masks yourself (`combine_masks`) and
+# pass one `attn_mask`.
+
+# %% nbgrader={"grade_id": "causal_and_mask", "locked": true}
+pad_s = torch.tensor([[True, True, True, False, False]])  # (1, T_k): the last two keys are padding
+causal_s = torch.ones(5, 5, dtype=torch.bool).tril()  # (T, T)
+try:
+    both_flags = F.scaled_dot_product_attention(q_s, k_s, v_s, attn_mask=pad_s, is_causal=True)  # (1, 2, 5, 4)
+except RuntimeError as err:  # what the lesson describes; torch 2.13 does not raise
+    print("this torch raises:", err)
+else:
+    for label, mask in [("causal only", causal_s), ("padding only", pad_s), ("causal AND padding", causal_s & pad_s)]:
+        gap = (both_flags - F.scaled_dot_product_attention(q_s, k_s, v_s, attn_mask=mask)).abs().max()
+        print(f"attn_mask=padding, is_causal=True vs {label:>18}: largest difference {gap:.3g}")
+
+# %% [markdown]
+# ## 10. Teacher forcing: one causal pass equals decoding step by step
+#
+# A decoder learns to predict token *t* of a target sequence from the tokens before it. To
+# generate, it runs step by step: feed the prefix, read the prediction at the **last** position,
+# append, repeat. In training the whole target is known, so it is fed at once (*teacher
+# forcing*), shifted right by one: the decoder's input is `BOS, y_0, …, y_{T-2}`, and position *t*
+# reads BOS and `y_0 … y_{t-1}` and predicts `y_t`. Under the causal mask row *t* of every layer
+# depends only on positions ≤ *t*, so the T predictions of one pass are **exactly** those of T
+# step-by-step passes, and all T losses come from one forward pass. Without the mask, position *t*
+# would read the very token it must predict.
+#
+# `decoder_tf(tokens, mask)` below is a one-layer, two-head model with random weights
+# (`tiny_decoder` in `mlbook_helpers.masking`): tokens `(B, T)` integer ids, a boolean mask
+# (True = allowed) or None, logits `(B, T, VOCAB)`. Write
+#
+# * `teacher_forced_logits(decoder, targets, bos_id)`: **one** call of the decoder on the shifted
+#   targets under your causal mask;
+# * `step_by_step_logits(decoder, targets, bos_id)`: T calls, call *t* on the first *t + 1* tokens
+#   of the shifted targets, each time keeping the logits of the **last** position. Each step
+#   recomputes its whole prefix from scratch; keeping the keys and values of earlier steps instead
+#   is the KV cache, built in lab 6's section "Decoding with a KV cache".
+
+# %% nbgrader={"grade_id": "teacher_forcing_given", "locked": true}
+decoder_tf = tiny_decoder(seed=3)  # decoder_tf(tokens (B, T), mask) -> (B, T, VOCAB) logits
+targets_tf = torch.randint(1, VOCAB, (2, 8), generator=torch.Generator().manual_seed(13))  # (B, T), no BOS inside
+print("VOCAB", VOCAB, "| BOS", BOS, "| targets:\n", targets_tf)
+
+# %% nbgrader={"grade_id": "teacher_forcing", "solution": true}
+def teacher_forced_logits(decoder, targets, bos_id):
+    """All T next-token predictions of a target sequence in one causal pass.
+
+    Args:
+        decoder: decoder(tokens, mask) -> logits; tokens (B, T) ids, mask bool (True = allowed).
+        targets: (B, T) integer token ids.
+        bos_id: the begin-of-sequence id.
+
+    Returns:
+        (B, T, V) logits; row t predicts targets[:, t] from BOS and targets[:, :t].
+    """
+    ### BEGIN SOLUTION
+    B, T = targets.shape
+    inputs = torch.cat([torch.full((B, 1), bos_id, dtype=targets.dtype), targets[:, :-1]], dim=1)  # (B, T)
+    return decoder(inputs, causal_mask(T))  # (B, T, V)
+    ### END SOLUTION
+
+
+def step_by_step_logits(decoder, targets, bos_id):
+    """The same predictions by decoding one step at a time, recomputing the prefix each step.
+
+    Args:
+        decoder, targets, bos_id: as for teacher_forced_logits.
+
+    Returns:
+        (B, T, V) logits; row t is the last position's logits of the decoder run on the first
+        t + 1 tokens of BOS, targets[:, :-1].
+    """
+    ### BEGIN SOLUTION
+    B, T = targets.shape
+    inputs = torch.cat([torch.full((B, 1), bos_id, dtype=targets.dtype), targets[:, :-1]], dim=1)  # (B, T)
+    steps = []
+    for t in range(T):
+        logits = decoder(inputs[:, : t + 1], causal_mask(t + 1))  # (B, t + 1, V): the prefix, recomputed
+        steps.append(logits[:, -1])  # (B, V): the prediction of the next token
+    return torch.stack(steps, dim=1)  # (B, T, V)
+    ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_teacher_forcing", "points": 1}
+tf_logits = teacher_forced_logits(decoder_tf, targets_tf, BOS)
+step_logits = step_by_step_logits(decoder_tf, targets_tf, BOS)
+expect_shape(tf_logits, (2, 8, VOCAB), "teacher_forced_logits(decoder_tf, targets_tf, BOS)", "One row per target: (B, T, V).")
+expect_shape(step_logits, (2, 8, VOCAB), "step_by_step_logits(decoder_tf, targets_tf, BOS)",
+             "Stack the T steps along dim 1: (B, T, V).")
+expect_close(tf_logits, step_logits, "teacher_forced_logits vs step_by_step_logits", atol=1e-5,
+             hint="One causal pass and T prefix passes must agree: pass the causal mask in the single pass, and keep "
+                  "the LAST position's logits at every step.")
+expect_close(tf_logits[:, 0], decoder_tf(torch.full((2, 1), BOS), None)[:, 0], "position 0 of the teacher-forced logits",
+             atol=1e-5, hint="Position 0 reads BOS alone: shift the targets right by one, BOS first.")
+last_changed = targets_tf.clone()
+last_changed[:, -1] = last_changed[:, -1] % (VOCAB - 1) + 1  # another token (never BOS) in the last place
+expect_close(teacher_forced_logits(decoder_tf, last_changed, BOS), tf_logits, "the logits after changing the LAST target",
+             atol=1e-6, hint="The last target is only predicted, never read: the input is BOS followed by targets[:, :-1].")
+
+# %% nbgrader={"grade": true, "grade_id": "test_teacher_forcing_hidden", "points": 2}
+# Hidden tests: a decoder with fresh weights, other vocabularies, lengths, batch sizes and BOS ids.
+### BEGIN HIDDEN TESTS
+from mlbook.labs.lab03_masks import hidden
+hidden.check_teacher_forcing(teacher_forced_logits, step_by_step_logits)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# Measured on `decoder_tf`: how far one pass is from the step-by-step predictions at each
+# position, with the causal mask and without it, and what each costs for a longer sequence.
+
+# %% nbgrader={"grade_id": "teacher_forcing_measured", "locked": true}
+inputs_tf = torch.cat([torch.full((2, 1), BOS), targets_tf[:, :-1]], dim=1)  # (B, T): shifted right
+no_mask = decoder_tf(inputs_tf, None)  # (B, T, VOCAB): every position reads the whole input
+print("largest gap per position, causal pass:", [f"{g:.0e}" for g in (tf_logits - step_logits).abs().amax(dim=(0, 2))])
+print("largest gap per position, no mask:    ", [f"{g:.2f}" for g in (no_mask - step_logits).abs().amax(dim=(0, 2))])
+long_targets = torch.randint(1, VOCAB, (2, 48), generator=torch.Generator().manual_seed(14))  # (B, 48)
+for name, fn in [("one causal pass", teacher_forced_logits), ("48 prefix passes", step_by_step_logits)]:
+    fn(decoder_tf, long_targets, BOS)  # warm-up
+    start = time.perf_counter()
+    fn(decoder_tf, long_targets, BOS)
+    print(f"{name:>17}: {1e3 * (time.perf_counter() - start):.1f} ms")
+
+# %% [markdown]
+# With the mask the gap is rounding (about 1e-7) at every position. Without it, every position but
+# the last reads later tokens and changes; the last one sees the whole input either way, which is
+# also why a step that keeps only the last position could drop the mask. The step-by-step loop
+# runs the decoder T times on prefixes whose total length grows as T²/2: training pays for one
+# pass, generation (without a cache) for all of them.
 
 # %% [markdown]
 # ## 11. Cross-attention needs a padding mask, never a causal one
@@ -861,4 +1056,51 @@ heatmap_grid({"padding mask only (right)": w_cross, "causal mask too (wrong)": w
 #   through the normaliser.
 # * Test masks with properties (change the future; add padding; batch vs single), not heat maps.
 # * SDPA's mask is True = attend; `nn.MultiheadAttention`'s `key_padding_mask` is True = ignore.
-# * The causal mask breaks permutation equivariance; cross-attention takes a padding mask only.
+# * `nn.MultiheadAttention` is sequence first unless built with `batch_first=True`, and returns
+#   head-averaged weights unless asked not to; SDPA's default scale is 1/sqrt(head width); combine
+#   masks yourself rather than passing `is_causal` with `attn_mask`.
+# * Teacher forcing is exact: one causal pass over the shifted targets gives the T predictions of
+#   step-by-step decoding. Cross-attention takes a padding mask only.
+# %% [markdown]
+# ## Extension (ungraded): permutation equivariance (exercise 3, about 15 minutes)
+#
+# No points: skip it if you are short of time. Without a mask, attention has no idea of order:
+# permuting the tokens (the rows of q, k and v together) permutes the outputs the same way,
+# `Attn(Pq, Pk, Pv) = P·Attn(q, k, v)`. The causal mask depends on the *index*, not the content,
+# so it breaks this. `permutation_gap` below measures the largest absolute difference between the
+# two sides. Read it, predict both numbers the next cell prints, then run it; try other
+# permutations, and a padding mask (which moves with its tokens only if you permute it too).
+
+# %% nbgrader={"grade_id": "permutation_gap_given", "locked": true}
+def permutation_gap(attn_fn, q, k, v, perm, mask=None):
+    """How far attention is from permutation equivariance.
+
+    Args:
+        attn_fn: attention(q, k, v, mask) -> (out, attn), as your scaled_dot_product_attention.
+        q: (B, H, T, d_k), k: (B, H, T, d_k), v: (B, H, T, d_v).
+        perm: (T,) a permutation of the positions.
+        mask: passed to attn_fn unchanged (None, or e.g. a (1, 1, T, T) causal mask).
+
+    Returns:
+        max |attn_fn(q[perm], k[perm], v[perm]).out - attn_fn(q, k, v).out[perm]| as a float,
+        permuting the token axis (dim -2).
+    """
+    out, _ = attn_fn(q, k, v, mask)  # (B, H, T, d_v)
+    out_perm, _ = attn_fn(q[..., perm, :], k[..., perm, :], v[..., perm, :], mask)  # (B, H, T, d_v)
+    return float((out_perm - out[..., perm, :]).abs().max())
+
+# %% nbgrader={"grade_id": "permutation_self_check", "locked": true}
+g_p = torch.Generator().manual_seed(3)
+q_p, k_p, v_p = (torch.randn(2, 3, 5, 4, generator=g_p) for _ in range(3))  # (B, H, T, d) each
+perm5 = torch.tensor([3, 0, 4, 1, 2])  # library_attention: torch's SDPA, returning (out, None)
+causal5 = torch.ones(5, 5, dtype=torch.bool).tril()[None, None]  # (1, 1, 5, 5)
+gap_plain = permutation_gap(library_attention, q_p, k_p, v_p, perm5)
+gap_causal = permutation_gap(library_attention, q_p, k_p, v_p, perm5, causal5)
+print(f"gap without a mask: {gap_plain:.2e} | with the causal mask: {gap_causal:.3f}")
+expect(gap_plain < 1e-5 and gap_causal > 1e-2, "self-check of the extension", "the gaps are not 0 and > 0",
+       "Without a mask the gap is rounding; the causal mask depends on positions, so it should change the outputs.")
+
+# %% [markdown]
+# The causal mask is thus a source of positional information by itself: a decoder without any
+# position encoding can still tell where it is, which is why decoder-only models have been reported
+# to learn positions without explicit position encodings.

@@ -25,6 +25,9 @@ COSTS: dict[str, dict[str, float]] = {
         "test_outputs_ignore_future_hidden": 0.002,
         "test_padding_invariant": 0.003,
         "test_padding_invariant_hidden": 0.006,
+        "test_mha_batch_first_hidden": 0.01,
+        "test_teacher_forcing": 0.005,
+        "test_teacher_forcing_hidden": 0.03,
     },
     "lab04_transformer_block": {
         "test_mha_matches_torch": 0.005,

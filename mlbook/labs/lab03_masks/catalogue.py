@@ -28,6 +28,15 @@ _SDPA_DOC = '''def scaled_dot_product_attention(q, k, v, mask=None):
 _FUTURE_DOC = '''def outputs_ignore_future(attn_fn, T=6, B=2):
     """True if changing later tokens leaves every earlier output unchanged."""
 '''
+_MHA_DOC = '''def mha_batch_first(mha, x):
+    """x (B, T, E) through a batch_first=False layer -> out (B, T, E), per-head weights (B, H, T, T)."""
+'''
+_TF_DOC = '''def teacher_forced_logits(decoder, targets, bos_id):
+    """(B, T, V) logits of one causal pass over BOS, targets[:, :-1]."""
+'''
+_STEP_DOC = '''def step_by_step_logits(decoder, targets, bos_id):
+    """(B, T, V) logits, one prefix at a time, each step's last position."""
+'''
 _PADINV_DOC = '''def padding_invariant(attn_fn, lengths=(5, 3)):
     """True if padding changes no real output and a batch equals one sequence at a time."""
 '''
@@ -39,6 +48,10 @@ _TRIL = "torch.tril(torch.ones(T, T, dtype=torch.bool))"
 _FILL_CELLS = ("test_apply_mask", "test_apply_mask_hidden", "test_scaled_dot_product_attention_hidden")
 _CAUSAL_CELLS = ("test_causal_mask", "test_causal_mask_hidden")
 _PADDING_CELLS = ("test_padding_mask", "test_padding_mask_hidden")
+_MHA_CELLS = ("test_mha_batch_first", "test_mha_batch_first_hidden")
+_TF_CELLS = ("test_teacher_forcing", "test_teacher_forcing_hidden")
+# teacher forcing's shifted input, written once in each of the two functions
+_SHIFT = "torch.cat([torch.full((B, 1), bos_id, dtype=targets.dtype), targets[:, :-1]], dim=1)"
 
 MUTANTS = [
     Mutant(name="fill-neg-inf", misconception="masked scores filled with -inf: a fully masked row becomes NaN",
@@ -111,6 +124,33 @@ MUTANTS = [
                      "            return False\n", ""),
            )},
            must_fail=("test_padding_invariant_hidden",), message=r"BATCH"),
+    Mutant(name="mha-batch-first-not-transposed",
+           misconception="batch-first tokens handed to a batch_first=False MultiheadAttention as they are",
+           cells={"mha_batch_first": (patch("x_tbe = x.transpose(0, 1)", "x_tbe = x"),
+                                      patch("return out.transpose(0, 1), weights", "return out, weights"))},
+           must_fail=_MHA_CELLS, message=r"\(T, B, E\)|batch axis|transpose x"),
+    Mutant(name="mha-reshape-not-transpose",
+           misconception="the batch and sequence axes swapped with reshape, which regroups the tokens",
+           cells={"mha_batch_first": (patch("x_tbe = x.transpose(0, 1)", "x_tbe = x.reshape(x.shape[1], x.shape[0], -1)"),
+                                      patch("return out.transpose(0, 1), weights",
+                                            "return out.reshape(x.shape), weights"))},
+           must_fail=_MHA_CELLS, message=r"reshape|transpose"),
+    Mutant(name="mha-head-averaged-weights",
+           misconception="MultiheadAttention's default head-averaged weights taken for the per-head maps",
+           cells={"mha_batch_first": patch("average_attn_weights=False", "average_attn_weights=True")},
+           must_fail=_MHA_CELLS, message=r"average_attn_weights=False|averaged over heads"),
+    Mutant(name="teacher-forcing-no-mask",
+           misconception="teacher forcing without the causal mask: each position reads the targets it must predict",
+           cells={"teacher_forcing": patch("return decoder(inputs, causal_mask(T))", "return decoder(inputs, None)")},
+           must_fail=_TF_CELLS, message=r"causal mask"),
+    Mutant(name="teacher-forcing-not-shifted",
+           misconception="the targets fed to the decoder unshifted (off by one): position t reads target t",
+           cells={"teacher_forcing": patch(_SHIFT, "targets", count=2)},
+           must_fail=_TF_CELLS, message=r"shift|BOS"),
+    Mutant(name="step-first-position",
+           misconception="step-by-step decoding reads the first position's logits instead of the last",
+           cells={"teacher_forcing": patch("steps.append(logits[:, -1])", "steps.append(logits[:, 0])")},
+           must_fail=_TF_CELLS, message=r"LAST position"),
 ]
 
 ALTERNATIVES = [
@@ -176,4 +216,45 @@ ALTERNATIVES = [
     return True
 ''',
     }),
+    Alternative(name="mha-permute-loop",
+                description="per-sequence calls of MultiheadAttention with (T, 1, E) tokens, results concatenated",
+                cells={"mha_batch_first": _MHA_DOC + '''    outs, maps = [], []
+    for seq in x:
+        col = seq[:, None, :]
+        o, w = mha(col, col, col, average_attn_weights=False)
+        outs.append(o[:, 0])
+        maps.append(w)
+    return torch.stack(outs), torch.cat(maps)
+'''}),
+    Alternative(name="mha-permute-movedim",
+                description="permute in, movedim out, need_weights left at its default",
+                cells={"mha_batch_first": _MHA_DOC + '''    seq_first = x.permute(1, 0, 2).contiguous()
+    out, weights = mha(seq_first, seq_first, seq_first, average_attn_weights=False)
+    return torch.movedim(out, 1, 0), weights
+'''}),
+    Alternative(name="teacher-forcing-pad-no-step-mask",
+                description="the shift by F.pad; steps without a mask (a prefix's last row is all allowed) "
+                            "written into a preallocated tensor",
+                cells={"teacher_forcing": _TF_DOC + '''    T = targets.shape[1]
+    shifted = F.pad(targets[:, :-1], (1, 0), value=bos_id)
+    return decoder(shifted, torch.ones(T, T, dtype=torch.bool).tril())
+
+
+''' + _STEP_DOC + '''    shifted = F.pad(targets[:, :-1], (1, 0), value=bos_id)
+    result = None
+    for t in range(targets.shape[1]):
+        last = decoder(shifted[:, : t + 1], None)[:, -1]
+        if result is None:
+            result = torch.empty(targets.shape[0], targets.shape[1], last.shape[-1], dtype=last.dtype)
+        result[:, t] = last
+    return result
+'''}),
+    Alternative(name="teacher-forcing-roll-grow",
+                description="the shift by roll, with BOS written over the wrapped-around last target",
+                cells={"teacher_forcing": (
+                    patch(_SHIFT, "targets.roll(1, dims=1)", count=2),
+                    patch("return decoder(inputs, causal_mask(T))",
+                          "inputs[:, 0] = bos_id\n    return decoder(inputs, causal_mask(T))"),
+                    patch("    steps = []\n", "    inputs[:, 0] = bos_id\n    steps = []\n"),
+                )}),
 ]

@@ -1,0 +1,70 @@
+"""Check of teacher forcing: one causal pass over the shifted targets equals step-by-step decoding."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import torch
+
+from mlbook_helpers.masking import tiny_decoder
+
+from ...kit import array, call_student, causal_allowed, close, diagnose, fail, fresh_rng, lend, seed
+from ._common import shape_str
+
+__all__ = ["check_teacher_forcing"]
+
+_ATOL, _RTOL = 1e-5, 1e-4  # float32 logits of the same model: only the order of the sums differs
+
+
+def check_teacher_forcing(teacher_forced_logits: Callable, step_by_step_logits: Callable) -> None:
+    """Both functions on a decoder with fresh weights (lent), fresh targets and a drawn BOS id.
+
+    The reference calls the same decoder here: the shifted targets under the causal mask in one
+    pass, and the T prefixes one at a time (their last positions).
+    """
+    rng = fresh_rng()
+    vocab = int(rng.integers(7, 16))
+    decoder = tiny_decoder(seed=seed(rng), vocab=vocab)
+    bos = int(rng.integers(vocab))
+    B, T = int(rng.integers(1, 4)), int(rng.integers(4, 10))
+    targets = torch.from_numpy(rng.choice([t for t in range(vocab) if t != bos], size=(B, T)))  # (B, T) int64
+    shifted = torch.cat([torch.full((B, 1), bos, dtype=targets.dtype), targets[:, :-1]], dim=1)  # (B, T)
+
+    def causal(n: int) -> torch.Tensor:
+        return torch.from_numpy(causal_allowed(n))[None, None]  # (1, 1, n, n)
+
+    ref = decoder(shifted, causal(T)).numpy()  # (B, T, V): one causal pass
+    steps = np.stack([decoder(shifted[:, : t + 1], causal(t + 1))[:, -1].numpy() for t in range(T)], axis=1)
+    assert np.allclose(ref, steps, atol=1e-5), "the reference's two passes disagree"  # the grader's own maths
+    unshifted = decoder(targets, causal(T)).numpy()  # (B, T, V): position t reads target t
+    shape = (B, T, vocab)
+    lent = lend(decoder)
+
+    what = f"teacher_forced_logits(decoder, targets of shape {shape_str(targets.shape)}, bos_id={bos})"
+    got = array(call_student(teacher_forced_logits, lent, targets, bos, what=what), what, shape=shape,
+                hint=f"Return the decoder's logits for the whole sequence, (B, T, vocab) = {shape}.")
+    if not close(got, ref, atol=_ATOL, rtol=_RTOL):
+        msg = diagnose(got, {
+            "the decoder ran without the causal mask: position t read the targets it must predict; pass "
+            "causal_mask(T)": lambda: decoder(shifted, None).numpy(),
+            "the targets were not shifted: position t read target t, the token it must predict; feed BOS followed "
+            "by targets[:, :-1]": unshifted,
+        }, atol=_ATOL, rtol=_RTOL)
+        fail(what, "the logits differ from one causal pass over BOS followed by targets[:, :-1]",
+             msg or "Feed BOS followed by targets[:, :-1] (the targets shifted right by one) to the decoder once, "
+                    "with the causal mask.")
+
+    what = f"step_by_step_logits(decoder, targets of shape {shape_str(targets.shape)}, bos_id={bos})"
+    got = array(call_student(step_by_step_logits, lent, targets, bos, what=what), what, shape=shape,
+                hint=f"Stack the T steps' logits along dim 1: (B, T, vocab) = {shape}.")
+    if not close(got, steps, atol=_ATOL, rtol=_RTOL):
+        msg = diagnose(got, {
+            "the prefix included the target it must predict: step t feeds BOS and targets[:, :t] (t + 1 tokens)":
+                unshifted,
+            "each step kept the FIRST position's logits: the prediction of the next token is at the LAST position":
+                lambda: np.stack([decoder(shifted[:, : t + 1], causal(t + 1))[:, 0].numpy() for t in range(T)], 1),
+        }, atol=_ATOL, rtol=_RTOL)
+        fail(what, "the logits differ from decoding one prefix at a time",
+             msg or "At step t run the decoder on the first t + 1 tokens of BOS, targets[:, :-1] and keep its "
+                    "last position's logits.")
