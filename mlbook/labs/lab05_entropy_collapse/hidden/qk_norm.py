@@ -57,7 +57,7 @@ def check_qk_layernorm(qk_layernorm) -> None:
             if close(got_x, ref, **tol):
                 continue
             hint = diagnose(got_x, {
-                f"{name} is the input itself: it was not normalised": x,
+                f"{'the queries' if name == 'q_hat' else 'the keys'} came back as they were: not normalised": x,
                 "the variance was divided by d_head - 1 (unbiased, torch's default for .var and .std): "
                 "LayerNorm uses the population variance (unbiased=False)": layernorm_rows(x, eps, ddof=1),
                 "the mean was not subtracted (that is RMSNorm): LayerNorm centres each vector first":
@@ -69,6 +69,7 @@ def check_qk_layernorm(qk_layernorm) -> None:
                 "the vectors were normalised over the positions (axis -2), not over their d_head entries "
                 "(axis -1): wrong axis": layernorm_rows(x, eps, axis=-2),
             }, atol=max(tol["atol"], 1e-6), rtol=max(tol["rtol"], 1e-5))
-            fail(f"{what}: {name}", f"{np.round(got_x.ravel()[:3], 4).tolist()}... is not each vector minus its "
+            last = got_x.reshape(-1, d_head)[-1]  # (d_head,): a vector with a non-zero variance
+            fail(f"{what}: {name}", f"its last vector starts {np.round(last[:3], 4).tolist()}, which is not the vector minus its "
                                     "mean over d_head divided by sqrt(variance + eps)",
                  hint or "Normalise each vector over its last axis: (x - mean) / sqrt(population variance + eps).")
