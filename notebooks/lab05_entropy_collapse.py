@@ -20,12 +20,26 @@
 #    entropy every 10 steps;
 # 4. train the same model on the same seeds twice, with normal and with 10× W_Q / W_K, and
 #    see one run learn while the other sits at the unigram baseline with entropy near 0;
-# 5. rescue the collapsed run by decaying W_Q and W_K, and look at the opposite failure
-#    (scores too small);
-# 6. explain with the softmax Jacobian why the collapsed run cannot recover by itself.
+# 5. rescue the collapsed run by decaying W_Q and W_K;
+# 6. write `sink_mass`, a detector for the symptom "every query attends to position 0";
+# 7. try the two other rescues the chapter names, warm-up and QK-LayerNorm (you write
+#    `qk_layernorm`), on a collapse present at initialisation and on one caused by a large
+#    learning rate;
+# 8. find the *attention sinks* of a model trained on long sequences and show, with
+#    `sliding_window_mask`, what a sliding-window cache that evicts the first token does to it
+#    (the StreamingLLM observation);
+# 9. explain with the softmax Jacobian why the collapsed run cannot recover by itself.
 #
-# Everything runs on a CPU in well under a minute: the model has about 36 000 parameters and
-# each run takes 100 steps.
+# An ungraded extension at the end looks at the opposite failure (scores too small) and at a
+# learned temperature.
+#
+# Everything runs on a CPU in about a minute: the models have about 36 000 parameters and
+# each run takes 100 to 300 steps.
+#
+# **Time.** About 2.5 hours: 45 minutes for sections 1–3, 45 minutes for the training loop and
+# the experiments of sections 4–5, 45 minutes for sections 6–8 (three short functions and
+# their experiments) and 15 minutes for the written answer. The extension takes about 15
+# minutes more and carries no points.
 #
 # **Grading.** Cells marked with points are graded. Visible tests run as you go; hidden tests
 # run when your notebook is graded, on fresh inputs, other shapes and other models. Claims
@@ -305,9 +319,15 @@ for factor in (1.0, 10.0):
 #   batch per step;
 # * the optimiser is `torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)`; the loss is
 #   `copy_loss(logits, targets)`;
+# * **warm-up**: when `warmup > 0`, update $s$ (counting from $s = 1$) uses the learning rate
+#   `lr * min(1, s / warmup)`, a straight line that reaches `lr` at update `warmup` and stays
+#   there; `warmup = 0` means `lr` throughout. Set each `param_group["lr"]` of the optimiser
+#   before its step, or use `torch.optim.lr_scheduler.LambdaLR` (mind where its count
+#   starts: its first step uses the factor of 0);
 # * after each optimiser step, if `qk_decay > 0`, multiply every block's W_q and W_k by
-#   `1 - lr * qk_decay` (under `torch.no_grad()`). This is *decoupled* weight decay, the
-#   AdamW kind, applied to the query and key projections only;
+#   `1 - lr * qk_decay` (under `torch.no_grad()`; `lr` here is the argument, not the warmed-up
+#   rate). This is *decoupled* weight decay, the AdamW kind, applied to the query and key
+#   projections only;
 # * log at every step $s$ in `0, log_every, 2·log_every, … ≤ steps`, that is after $s$ updates
 #   (step 0 is the untrained model): the loss on the evaluation batch and, for each layer,
 #   the mean over heads of `attention_entropy` on the evaluation batch, under
@@ -324,18 +344,19 @@ for factor in (1.0, 10.0):
 # Try it after the lab.
 
 # %% nbgrader={"grade_id": "train_copy_task", "solution": true}
-def train_copy_task(model, steps, lr=0.1, batch_size=32, seed=0, qk_decay=0.0, log_every=10):
+def train_copy_task(model, steps, lr=0.1, batch_size=32, seed=0, qk_decay=0.0, log_every=10, warmup=0):
     """Train `model` on the copy task with SGD and log its loss and attention entropy.
 
     Args:
         model: a TinyDecoder (its task is `model.task`).
         steps: number of optimiser updates.
-        lr: SGD learning rate (momentum 0.9).
+        lr: SGD learning rate (momentum 0.9); the peak rate when warming up.
         batch_size: sequences per batch (training and evaluation).
         seed: seeds the torch.Generator that draws the evaluation batch, then the training batches.
         qk_decay: decoupled weight decay on W_q and W_k only: after each step they are
             multiplied by (1 - lr * qk_decay).
         log_every: log after every `log_every` updates, starting with the untrained model.
+        warmup: if > 0, update s (from 1) uses lr * min(1, s / warmup).
 
     Returns:
         dict with "step": [0, log_every, ...], "loss": evaluation loss per logged step,
@@ -362,6 +383,9 @@ def train_copy_task(model, steps, lr=0.1, batch_size=32, seed=0, qk_decay=0.0, l
         loss = copy_loss(logits, y)
         optimiser.zero_grad()
         loss.backward()
+        if warmup > 0:
+            for group in optimiser.param_groups:
+                group["lr"] = lr * min(1.0, step / warmup)
         optimiser.step()
         if qk_decay > 0:
             with torch.no_grad():
@@ -385,6 +409,17 @@ expect_finite(short["entropy"], "history['entropy']", "Is 0 * log 0 counted as 0
 expect(0.8 * CEILING < short["entropy"][0][0] <= CEILING + 1e-3, "the untrained model's layer-0 entropy",
        f"is {short['entropy'][0][0]:.3f} nats, but an untrained head is spread out, just below the causal "
        f"ceiling {CEILING:.3f}", "Is the first log taken before any update, in nats, averaged over heads?")
+# warm-up: the first update of SGD with momentum moves the weights by lr_1 * gradient, so with
+# warmup = 4 it is exactly a quarter of the update without warm-up, from the same model and seed.
+start = TinyDecoder(task).state_dict()  # one initial model for both runs
+moved = {}
+for w in (0, 4):
+    m = TinyDecoder(task)
+    m.load_state_dict(start)
+    train_copy_task(m, steps=1, warmup=w, log_every=1)
+    moved[w] = (m.head.weight.detach() - start["head.weight"]).norm().item()  # size of the first update
+expect_close(moved[4] / moved[0], 0.25, "first update with warmup=4 / first update without warm-up", atol=1e-3,
+             hint="Update 1 uses lr * min(1, 1 / warmup): counting updates from 0 gives a first update of 0.")
 
 # %% nbgrader={"grade": true, "grade_id": "test_train_copy_task_hidden", "points": 3}
 # Hidden tests: smaller models and other logging intervals; the untrained model's log; that the model
@@ -417,12 +452,15 @@ RUNS = {
 }
 
 
-def run(seed, factor, qk_decay, extra_scale=1.0):
-    """Train one model; returns (its untrained copy, the trained model, its history)."""
+def run(seed, factor=1.0, qk_decay=0.0, extra_scale=1.0, lr=0.1, warmup=0, **model_options):
+    """Train one model; returns (its untrained copy, the trained model, its history).
+
+    model_options go to TinyDecoder (qk_norm=..., learn_temperature=...), for sections 7 and the extension.
+    """
     torch.manual_seed(seed)
-    model = scale_qk_init(TinyDecoder(task, extra_scale=extra_scale), factor)
+    model = scale_qk_init(TinyDecoder(task, extra_scale=extra_scale, **model_options), factor)
     untrained = copy.deepcopy(model)
-    history = train_copy_task(model, STEPS, seed=seed, qk_decay=qk_decay)
+    history = train_copy_task(model, STEPS, lr=lr, seed=seed, qk_decay=qk_decay, warmup=warmup)
     return untrained, model, history
 
 
@@ -524,31 +562,418 @@ for name in RUNS:
           f"after training (seed 0) {responsive:.0%} of layer-0 rows have a slope above 0.01")
 
 # %% [markdown]
-# ## 6. The opposite failure: scores too small
+# ## 6. The symptom: every query attends to position 0
 #
-# Dividing the scores by $\sqrt{d_{head}}$ **twice** (a real bug: the scale is applied inside a
-# library call and again by hand) makes every score $\sqrt{32} \approx 5.7$ times smaller here
-# ($d_{head} = 32$). At initialisation every row is then almost exactly uniform, entropy sits
-# at the causal ceiling, and the model has to grow W_Q and W_K about 2.4× each before
-# attention can select anything. `TinyDecoder(task, extra_scale=1 / sqrt(d_head))` has that
-# bug; here is one seed against the normal run on the same seed.
+# The chapter's symptom list for a collapsed model: "attention maps show every query
+# attending to one or two positions (often position 0)". A head's habit of reading the first
+# token is one number: the **fraction of its attention mass that lands on key 0**, averaged
+# over the batch and the queries. Two details:
+#
+# * under a causal mask query 0 can read only key 0, so it always puts all its mass there, and
+#   the early queries read few keys. Leave out the queries before `from_query` to measure the
+#   head rather than the mask;
+# * the yardstick is uniform causal attention: query $i$ puts $1/(i+1)$ on each key it can
+#   read, so a head that reads nothing in particular puts the mean of $1/(i+1)$ on key 0.
+#
+# Write `sink_mass(attn, from_query=1)`: (B, H, T_q, T_k) weights in, one number per head out.
+# You will use the same function twice: here on the collapsed models, and in section 8 to
+# find attention sinks.
 
-# %% nbgrader={"grade_id": "too_small", "locked": true}
-D_HEAD = 64 // 2  # the TinyDecoder's d_model // n_heads
-_, _, twice = run(0, factor=1.0, qk_decay=0.0, extra_scale=1 / math.sqrt(D_HEAD))
-_, _, normal_0 = results["normal init"][0]
-fig, (ax_loss, ax_entropy) = plt.subplots(1, 2, figsize=(11, 3.8))
-curves(steps, {"normal": normal_0["loss"], "scale applied twice": twice["loss"]}, ax=ax_loss,
-       xlabel="step", ylabel="loss (nats)", title="copy loss, seed 0")
-curves(steps, {"normal": np.mean(normal_0["entropy"], axis=1), "scale applied twice": np.mean(twice["entropy"], axis=1)},
-       ax=ax_entropy, xlabel="step", ylabel="entropy (nats)", title="attention entropy, seed 0")
-ax_entropy.axhline(CEILING, ls="--", c="grey")
-fig.tight_layout()
-print(f"scale applied twice: entropy {np.mean(twice['entropy'][0]):.3f} nats at step 0, "
-      f"{np.mean(twice['entropy'][len(steps) // 2]):.3f} at step {steps[len(steps) // 2]} (ceiling {CEILING:.3f})")
+# %% nbgrader={"grade_id": "sink_mass", "solution": true}
+def sink_mass(attn, from_query=1):
+    """Fraction of each head's attention that lands on key 0 (the first token).
+
+    Args:
+        attn: (B, H, T_q, T_k) attention weights; every row sums to 1.
+        from_query: the first query counted; queries 0 .. from_query - 1 are left out.
+
+    Returns:
+        (H,) tensor: attn[b, h, i, 0] averaged over the batch b and the queries
+        i = from_query .. T_q - 1.
+    """
+    ### BEGIN SOLUTION
+    on_first_key = attn[:, :, from_query:, 0]  # (B, H, T_q - from_query)
+    return on_first_key.mean(dim=(0, 2))  # (H,)
+    ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_sink_mass", "points": 2}
+uniform6 = torch.tril(torch.ones(6, 6)) / torch.arange(1, 7).unsqueeze(1)  # (T, T): uniform causal weights
+uniform_share = sum(1 / (i + 1) for i in range(1, 6)) / 5  # mean of 1 / (i + 1) over queries 1..5
+got = sink_mass(uniform6.expand(2, 3, 6, 6))
+expect_shape(got, (3,), "sink_mass of (2, 3, 6, 6) weights",
+             "One value per head: average over the batch (axis 0) and the queries (axis 2) of the weights on key 0.")
+expect_close(got, [uniform_share] * 3, "sink_mass of uniform causal weights over T = 6", atol=1e-6,
+             hint=f"Query i puts 1 / (i + 1) on key 0; queries 1..5 give {uniform_share:.3f}. "
+                  "Is query 0 (always 1.0) left out, and is it key 0's column (last axis) you read?")
+expect_close(sink_mass(uniform6[None, None], from_query=3), [(1 / 4 + 1 / 5 + 1 / 6) / 3],
+             "sink_mass(uniform causal weights, from_query=3)", atol=1e-6,
+             hint="Only the queries from from_query on count.")
+parked = uniform6.repeat(1, 2, 1, 1)  # (1, 2, T, T): head 0 uniform, head 1 below
+parked[0, 1] = 0.0
+parked[0, 1, :, 0] = 1.0  # head 1: every query reads key 0 only
+expect_close(sink_mass(parked)[1], 1.0, "sink_mass of a head whose every query reads key 0", atol=1e-6,
+             hint="A head that parks every query on the first token has sink mass 1.")
+
+# %% nbgrader={"grade": true, "grade_id": "test_sink_mass_hidden", "points": 2}
+# Hidden tests: random weights of other shapes (T_q != T_k), planted sink heads, other from_query, float32 and float64.
+### BEGIN HIDDEN TESTS
+from mlbook.labs.lab05_entropy_collapse import hidden
+hidden.check_sink_mass(sink_mass)
+### END HIDDEN TESTS
 
 # %% [markdown]
-# ## 7. Written answer (graded by a TA)
+# Where do the heads of section 5's models look? The cell below measures every head of every
+# trained model (seed 0 to 2, layer-0 and layer-1 heads) on the 32 sequences of section 3b,
+# counting queries 4 to 15, against the uniform share of those queries.
+
+# %% nbgrader={"grade_id": "symptom", "locked": true}
+def head_masses(model, tokens, from_query):
+    """(layers, H) sink mass of every head of `model` on `tokens`."""
+    with torch.no_grad():
+        return torch.stack([sink_mass(attn, from_query) for attn in model(tokens)[1]])  # (layers, H)
+
+
+FROM_QUERY = 4
+UNIFORM_SHARE = sum(1 / (i + 1) for i in range(FROM_QUERY, task.T)) / (task.T - FROM_QUERY)
+print(f"uniform causal attention, queries {FROM_QUERY}..{task.T - 1}: {UNIFORM_SHARE:.3f} on key 0")
+for name in RUNS:
+    masses = np.array([head_masses(trained, x_demo, FROM_QUERY).numpy() for _, trained, _ in results[name]])  # (seeds, layers, H)
+    print(f"{name:>15}: sink mass per head (seed, layer, head) = {np.round(masses.reshape(len(SEEDS), -1).astype(float), 2).tolist()}")
+
+# %% [markdown]
+# The symptom is there, but not on every seed. In seeds 0 and 1 of the 10× run, one layer-1
+# head puts 0.91 and 0.67 of its mass on key 0 and a layer-0 head 0.51 and 0.36, up to eight
+# times the uniform share of 0.108, while seed 2's frozen heads read other keys (0.01 to 0.21).
+# A head frozen one-hot reads whichever key its random initial scores favour, and key 0, the one
+# key every query can read, wins often. The normal and the decayed runs stay near the uniform
+# share (0.04 to 0.14): their copy head reads the key 8 back, not the first. So sink mass alone
+# does not tell a collapsed head from a useful sink (section 8): read it with the entropy and
+# the loss.
+
+# %% [markdown]
+# ## 7. Two more rescues: warm-up and QK-LayerNorm
+#
+# The chapter names three interventions. You measured decay on W_Q and W_K. The other two:
+#
+# * **Warm-up** keeps the first updates small, so the scores do not grow before the rest of the
+#   model is doing useful work. It is already in your loop (`warmup=`).
+# * **QK-LayerNorm** normalises every query and every key vector of every head, over its
+#   $d_{head}$ entries, before the dot product: $\hat q = (q - \bar q)/\sqrt{\operatorname{var}(q)
+#   + \epsilon}$, the same for $k$. A vector of $d_{head}$ entries with mean 0 and variance 1 has
+#   length $\sqrt{d_{head}}$, so $|\hat q\cdot\hat k|/\sqrt{d_{head}} \le \sqrt{d_{head}} = 5.7$
+#   here, whatever W_Q and W_K become. Lab 2 bounded the scores with unit-length vectors (a
+#   cosine); models that use QK-norm in practice do it with a LayerNorm or an RMSNorm per
+#   head, as here (this one has no learned gain).
+#
+# LayerNorm does not see a vector's scale, $\operatorname{LN}(10q) = \operatorname{LN}(q)$ up to
+# $\epsilon$, so with QK-LayerNorm the 10× model computes exactly the same attention as the
+# normal one. It does not learn the same way: the gradient reaching W_Q through the
+# normalisation is divided by the same factor 10.
+#
+# Write `qk_layernorm(q, k, eps)`: the normalised queries and keys, without a learned gain or
+# bias, with the **population** variance (divide by $d_{head}$, as `torch.nn.LayerNorm` does).
+# `TinyDecoder(task, qk_norm=qk_layernorm)` calls it on every layer's per-head queries and
+# keys, each (B, H, T, d_head).
+
+# %% nbgrader={"grade_id": "qk_layernorm", "solution": true}
+def qk_layernorm(q, k, eps=1e-5):
+    """LayerNorm without gain or bias of every query and key vector, over its last axis.
+
+    Args:
+        q: (..., T_q, d_head) queries.
+        k: (..., T_k, d_head) keys (the same leading axes and d_head as q).
+        eps: added to the variance before the square root.
+
+    Returns:
+        (q_hat, k_hat), shaped like q and k: each vector minus its mean, divided by
+        sqrt(its population variance + eps).
+    """
+    ### BEGIN SOLUTION
+    def normalise(x):
+        mean = x.mean(dim=-1, keepdim=True)  # (..., T, 1)
+        var = x.var(dim=-1, keepdim=True, unbiased=False)  # (..., T, 1): divided by d_head
+        return (x - mean) / torch.sqrt(var + eps)  # (..., T, d_head)
+
+    return normalise(q), normalise(k)
+    ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_qk_layernorm", "points": 2}
+q4 = torch.tensor([[1.0, 2.0, 3.0, 4.0]])  # (T_q, d_head) = (1, 4): mean 2.5, population variance 1.25
+k4 = torch.tensor([[2.0, 2.0, 2.0, 6.0], [0.0, 1.0, 0.0, 1.0]])  # (T_k, d_head) = (2, 4)
+q_hat, k_hat = qk_layernorm(q4, k4)
+expect_shape(q_hat, (1, 4), "qk_layernorm's q_hat for q of shape (1, 4)", "Return (q_hat, k_hat) shaped like q and k.")
+expect_shape(k_hat, (2, 4), "qk_layernorm's k_hat for k of shape (2, 4)", "Return (q_hat, k_hat) shaped like q and k.")
+expect_close(q_hat, [[-1.342, -0.447, 0.447, 1.342]], "qk_layernorm of q = (1, 2, 3, 4)", atol=1e-3,
+             hint="(q - 2.5) / sqrt(1.25): subtract each vector's mean over its d_head entries (the last axis), "
+                  "divide by the population standard deviation (over d_head, not d_head - 1).")
+expect_close(k_hat, torch.nn.functional.layer_norm(k4, (4,)), "qk_layernorm's keys against torch's layer_norm",
+             atol=1e-5, hint="Normalise the keys too, each vector over its own d_head entries (the last axis).")
+q_big = torch.randn(2, 3, 5, 8, generator=torch.Generator().manual_seed(0))  # (B, H, T_q, d_head)
+k_big = torch.randn(2, 3, 7, 8, generator=torch.Generator().manual_seed(1))  # (B, H, T_k, d_head)
+expect_close(qk_layernorm(10 * q_big, 3 * k_big)[0], qk_layernorm(q_big, k_big)[0],
+             "qk_layernorm(10 q, 3 k) against qk_layernorm(q, k)", atol=1e-4,
+             hint="LayerNorm ignores a vector's scale: 10 q and q normalise to the same vector.")
+
+# %% nbgrader={"grade": true, "grade_id": "test_qk_layernorm_hidden", "points": 2}
+# Hidden tests: other shapes (T_q != T_k, other d_head), offsets and scales, other eps, float32 and float64.
+### BEGIN HIDDEN TESTS
+from mlbook.labs.lab05_entropy_collapse import hidden
+hidden.check_qk_layernorm(qk_layernorm)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# Now the rescues side by side, on two kinds of collapse, three seeds each (about 20 s):
+#
+# * **collapse at initialisation**: the 10× model of section 5, with warm-up (20 updates) and
+#   with QK-LayerNorm (decay you have already measured);
+# * **collapse caused by training**: the normal model at learning rate 0.5 instead of 0.1,
+#   without a rescue, with warm-up and with QK-LayerNorm.
+
+# %% nbgrader={"grade_id": "rescues", "locked": true}
+WARMUP = 20
+HIGH_LR = 0.5
+RESCUES = {
+    "10x + warm-up": dict(factor=10.0, warmup=WARMUP),
+    "10x + QK-LN": dict(factor=10.0, qk_norm=qk_layernorm),
+    "lr 0.5": dict(lr=HIGH_LR),
+    "lr 0.5 + warm-up": dict(lr=HIGH_LR, warmup=WARMUP),
+    "lr 0.5 + QK-LN": dict(lr=HIGH_LR, qk_norm=qk_layernorm),
+}
+rescued_runs = {name: [run(seed, **cfg) for seed in SEEDS] for name, cfg in RESCUES.items()}
+for name, rs in rescued_runs.items():
+    median_loss[name] = np.median([h["loss"] for _, _, h in rs], axis=0)  # (n_logs,)
+    median_entropy[name] = np.median([np.mean(h["entropy"], axis=1) for _, _, h in rs], axis=0)  # (n_logs,)
+for name in ["10x W_Q, W_K", "10x + QK decay", *RESCUES]:
+    finals = [h["loss"][-1] for _, _, h in (results.get(name) or rescued_runs[name])]
+    print(f"{name:>16}: final loss per seed {np.round(finals, 3).tolist()}, median entropy "
+          f"{median_entropy[name][0]:.2f} -> {median_entropy[name][-1]:.2f} nats")
+fig, (ax_loss, ax_entropy) = plt.subplots(1, 2, figsize=(11, 3.8))
+curves(steps, {n: median_loss[n] for n in RESCUES}, ax=ax_loss, xlabel="step", ylabel="loss (nats)",
+       title="copy loss, median of 3 seeds")
+ax_loss.axhline(UNIGRAM, ls="--", c="grey")
+curves(steps, {n: median_entropy[n] for n in RESCUES}, ax=ax_entropy, xlabel="step", ylabel="entropy (nats)",
+       title="attention entropy")
+ax_entropy.axhline(CEILING, ls="--", c="grey")
+fig.tight_layout()
+
+# %% [markdown]
+# What the three seeds show (seeds 0–9 agree, see the test below):
+#
+# * **Warm-up does not rescue a collapse present at initialisation.** 10× + warm-up ends where
+#   10× ends (loss 2.2 to 2.8, entropy 0.02). Smaller first steps cannot un-saturate a softmax
+#   that is saturated at step 0; only something that shrinks the scores whatever the gradient
+#   says (decay), or takes their scale away (QK-LayerNorm), can.
+# * **Warm-up did not rescue the large learning rate either.** At lr 0.5 the plain model
+#   collapses *during* training: its entropy falls from 1.83 to 0.19 nats and the loss stays at
+#   2.3 to 2.9 (on seeds 0–9: 8 stall, one diverges to nan, one learns). Twenty updates of
+#   warm-up change nothing (2.5 to 2.8; fifty did no better when this lab was written): the
+#   scores blow up once the rate reaches 0.5, and a few dozen small steps have not made the rest
+#   of the model useful yet. Warm-up guards the first steps of a long run; it does not make a
+#   rate that is too large safe. This is a measured negative result, not a bug in your loop.
+# * **QK-LayerNorm rescues both.** With QK-LN the 10× model starts at 1.61 nats, exactly where
+#   a QK-LN model at normal init starts (the factor never reaches the scores; QK-LN rows are a
+#   little sharper than the plain model's 1.83 because normalised vectors have length
+#   $\sqrt{d_{head}}$), and it learns (loss 0.02 to 0.34), more slowly than normal since its
+#   gradient into W_Q and W_K is 10 times smaller. At lr 0.5 it learns on every seed shown (loss
+#   at most 0.001), where the plain model collapsed: scores bounded by 5.7 keep the softmax
+#   responsive whatever the optimiser does to W_Q and W_K.
+
+# %% nbgrader={"grade": true, "grade_id": "test_rescues", "points": 2}
+# Measured on seeds 0-9 with the reference solution (100 steps): 10x + warm-up ends at loss 2.20-2.78 and
+# entropy <= 0.05 on every seed; 10x + QK-LN at loss 0.004-0.34 and entropy 1.37-1.45; lr 0.5 + QK-LN at
+# loss <= 0.001 on 9 of 10 seeds (seed 3 diverges). The thresholds below hold for the median of seeds 0-2.
+expect(median_loss["10x + warm-up"][-1] > 0.6 * UNIGRAM, "median final loss of the 10x run with warm-up",
+       f"{median_loss['10x + warm-up'][-1]:.3f} nats, expected above 0.6 x the unigram baseline ({0.6 * UNIGRAM:.2f})",
+       "Warm-up only makes the first steps smaller: it cannot undo a collapse present at step 0. Does your "
+       "warm-up change anything other than the learning rate?")
+expect(median_loss["10x + QK-LN"][-1] < 0.2 * UNIGRAM, "median final loss of the 10x run with QK-LayerNorm",
+       f"{median_loss['10x + QK-LN'][-1]:.3f} nats, expected below 0.2 x the unigram baseline ({0.2 * UNIGRAM:.2f})",
+       "QK-LayerNorm removes the factor 10 from the scores: does qk_layernorm normalise each vector over d_head?")
+expect(median_entropy["10x + QK-LN"][0] > 0.7 * CEILING, "median initial entropy of the 10x run with QK-LayerNorm",
+       f"{median_entropy['10x + QK-LN'][0]:.3f} nats, expected above 0.7 x the causal ceiling ({0.7 * CEILING:.2f})",
+       "LN(10 q) = LN(q): with QK-LayerNorm the factor 10 never reaches the scores, so the inflated model "
+       "starts spread out, far from the plain 10x run's near-0 entropy.")
+expect(median_loss["lr 0.5 + QK-LN"][-1] < 0.2 * UNIGRAM, "median final loss at lr 0.5 with QK-LayerNorm",
+       f"{median_loss['lr 0.5 + QK-LN'][-1]:.3f} nats, expected below 0.2 x the unigram baseline ({0.2 * UNIGRAM:.2f})",
+       "Bounded scores keep the softmax responsive at a learning rate that collapses the plain model.")
+
+# %% [markdown]
+# ## 8. Attention sinks
+#
+# A language model that generates a long stream keeps a **KV cache**: the keys and values of
+# every token so far. To bound its size, a *sliding window* keeps only the last W tokens and
+# evicts older ones. Xiao et al. (2023, "Efficient Streaming Language Models with Attention
+# Sinks", StreamingLLM) found that evicting the **first** tokens breaks a model at once, even
+# though they carry little meaning, and that keeping the first few ("sink") tokens next to the
+# window restores it. Many heads park attention on the first token when they have nothing to
+# read: a softmax row must sum to 1, and a token whose value the model has learnt to ignore is
+# a place to put the mass. Section 6's detector finds such heads.
+#
+# The copy task grows no such heads: every query after the separator has something to read,
+# and the normal models of section 5 put about the uniform share on key 0 (section 6; so did
+# normal models trained for 300 steps with a BOS token added, when this lab was written).
+# Sinks need queries with nothing to do. `LookbackTask` (in
+# `mlbook_helpers.copy_task`) gives them: sequences of T = 32 tokens that start with a fixed
+# BOS token; a position holding one of 2 *flag* tokens (of 16) must output the token 4
+# positions back, every other position its own token, which needs no attention at all. Three
+# seeds of the same TinyDecoder, trained with Adam (300 updates, about 12 s):
+
+# %% nbgrader={"grade_id": "sink_models", "locked": true}
+from mlbook_helpers.copy_task import LookbackTask, train_adam
+
+long_task = LookbackTask(n_data=16, T=32, lag=4, n_flags=2)
+SINK_STEPS = 300
+sink_models = []
+for seed in SEEDS:
+    torch.manual_seed(seed)
+    sink_model = TinyDecoder(long_task)
+    train_adam(sink_model, SINK_STEPS, seed=seed)
+    sink_models.append(sink_model.eval())
+long_x, long_y = long_task.batch(256, torch.Generator().manual_seed(99))  # (256, T): evaluation sequences
+LONG_FROM = long_task.T // 4  # count queries 8..31: well past the few-keys start
+uniform_long = torch.tril(torch.ones(long_task.T, long_task.T)) / torch.arange(1, long_task.T + 1).unsqueeze(1)  # (T, T)
+LONG_UNIFORM = sink_mass(uniform_long[None, None], LONG_FROM).item()
+SINK_THRESHOLD = 2 * LONG_UNIFORM  # a sink head puts at least twice the uniform share on BOS
+long_masses = np.array([head_masses(m, long_x, LONG_FROM).numpy() for m in sink_models])  # (seeds, layers, H)
+print(f"uniform share on BOS (queries {LONG_FROM}..{long_task.T - 1}): {LONG_UNIFORM:.3f}; threshold {SINK_THRESHOLD:.3f}")
+for seed, masses in zip(SEEDS, long_masses):
+    heads = [(layer, head) for layer, head in zip(*np.nonzero(masses > SINK_THRESHOLD))]
+    print(f"seed {seed}: sink mass per (layer, head) {np.round(masses.astype(float), 2).tolist()}; sink heads "
+          f"{[(int(l), int(h)) for l, h in heads]}")
+
+# %% [markdown]
+# No head of this tiny model is as extreme as the sinks of a large language model, which can
+# put most of their mass on the first token; but every seed has heads that put 0.14 to 0.18 of
+# their mass on BOS, 2.5 to 3 times the uniform share of 0.056 (seeds 0–9: the largest head of
+# each seed 0.15 to 0.31). Split by query (measured when this lab was written), a flagged query
+# puts almost nothing on BOS, it reads 4 back; the queries with nothing to fetch put 0.1 to 0.3
+# there. The copy models of section 5 have no such head: there every scored query has a key to
+# read.
+#
+# **A sliding-window cache, through a mask.** With learned absolute positions (as here), a
+# KV cache that keeps the last `window` tokens plus the first `n_sinks` gives exactly the
+# outputs of a full forward pass in which query $i$ may read key $j$ when
+#
+# $$j \le i \quad\text{and}\quad \bigl(i - j < \texttt{window}\ \text{ or }\ j < \texttt{n\_sinks}\bigr),$$
+#
+# because every key and value in the cache, at every layer, was computed when its token was the
+# newest query, under the same rule. (Models with rotary positions also have to decide which
+# positions the kept tokens get; StreamingLLM re-numbers them inside the cache.)
+#
+# Write `sliding_window_mask(T, window, n_sinks=0)`: the (T, T) boolean mask, True where
+# allowed. `window` counts the query itself: with `window = 1` a query reads only itself
+# (plus the sinks).
+
+# %% nbgrader={"grade_id": "sliding_window_mask", "solution": true}
+def sliding_window_mask(T, window, n_sinks=0):
+    """Which keys a query can read from a sliding-window KV cache that keeps sink tokens.
+
+    Args:
+        T: sequence length.
+        window: how many of the most recent tokens the cache keeps, the query included (>= 1).
+        n_sinks: how many of the first tokens it keeps as well (0: a plain sliding window).
+
+    Returns:
+        (T, T) bool tensor, True where query i may read key j: j <= i and
+        (i - j < window or j < n_sinks).
+    """
+    ### BEGIN SOLUTION
+    i = torch.arange(T).unsqueeze(1)  # (T, 1): queries
+    j = torch.arange(T).unsqueeze(0)  # (1, T): keys
+    recent = (j <= i) & (i - j < window)  # (T, T): the last `window` tokens, the query included
+    sinks = (j <= i) & (j < n_sinks)  # (T, T): the first n_sinks tokens, once they exist
+    return recent | sinks  # (T, T)
+    ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_sliding_window_mask", "points": 2}
+small = sliding_window_mask(6, 3, 1)
+expect_shape(small, (6, 6), "sliding_window_mask(6, 3, 1)", "One row per query, one column per key.")
+expect(small.dtype == torch.bool, "sliding_window_mask(6, 3, 1)", f"has dtype {small.dtype}",
+       "Return a boolean mask, True where the query may read the key.")
+expect_close(small.int(), [[1, 0, 0, 0, 0, 0],
+                           [1, 1, 0, 0, 0, 0],
+                           [1, 1, 1, 0, 0, 0],
+                           [1, 1, 1, 1, 0, 0],
+                           [1, 0, 1, 1, 1, 0],
+                           [1, 0, 0, 1, 1, 1]], "sliding_window_mask(6, 3, 1)", atol=0,
+             hint="Query i reads keys i-2..i (3 tokens: the window counts the query itself, so reading "
+                  "i-3 too is one key too many) and key 0, the sink; never a key after i.")
+expect_close(sliding_window_mask(5, 5).int(), torch.tril(torch.ones(5, 5)).int(),
+             "sliding_window_mask(5, 5, 0)", atol=0, hint="A window as long as the sequence is the causal mask.")
+expect_close(sliding_window_mask(4, 1, 2).int(), [[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 0, 1]],
+             "sliding_window_mask(4, 1, 2)", atol=0,
+             hint="A sink token is read only once it exists: query 0 cannot read sink 1.")
+
+# %% nbgrader={"grade": true, "grade_id": "test_sliding_window_mask_hidden", "points": 2}
+# Hidden tests: other T, windows (1, longer than T) and numbers of sinks (0, more than the window).
+### BEGIN HIDDEN TESTS
+from mlbook.labs.lab05_entropy_collapse import hidden
+hidden.check_sliding_window_mask(sliding_window_mask)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# Now evict. A flag reads 4 tokens back, so a window of W = 8 tokens keeps everything the task
+# needs; what it loses is BOS. The cell measures, per seed, the loss and the largest change
+# of any predicted probability against the full cache, for the window alone, for a window one
+# token longer (the same number of cached tokens as window + 1 sink, but recent ones), and for
+# the window plus 1, 2 and 4 sink tokens. Besides the loss, it counts the scored predictions whose
+# most likely token changed.
+
+# %% nbgrader={"grade_id": "eviction", "locked": true}
+WINDOW = 8
+CACHES = {"full cache": None, "window 8": (WINDOW, 0), "window 9": (WINDOW + 1, 0),
+          "window 8 + 1 sink": (WINDOW, 1), "window 8 + 2 sinks": (WINDOW, 2), "window 8 + 4 sinks": (WINDOW, 4)}
+eviction = {name: [] for name in CACHES}  # name -> per seed (loss, fraction of predictions changed)
+scored = long_y != -100  # (256, T)
+with torch.no_grad():
+    for m in sink_models:
+        full_pred = m(long_x)[0].argmax(dim=-1)  # (256, T)
+        for name, cache in CACHES.items():
+            allowed = None if cache is None else sliding_window_mask(long_task.T, *cache)  # (T, T)
+            logits = m(long_x, allowed)[0]  # (256, T, vocab)
+            changed = (logits.argmax(dim=-1) != full_pred)[scored].float().mean().item()
+            eviction[name].append((copy_loss(logits, long_y).item(), changed))
+eviction_loss = {name: float(np.median([l for l, _ in rows])) for name, rows in eviction.items()}
+for name, rows in eviction.items():
+    print(f"{name:>19}: loss per seed {[round(l, 4) for l, _ in rows]}, predictions changed "
+          f"{[f'{c:.1%}' for _, c in rows]}")
+seed0_head = np.unravel_index(np.argmax(long_masses[0]), long_masses[0].shape)  # (layer, head) of seed 0
+with torch.no_grad():
+    shown = {f"{name}, layer {seed0_head[0]} head {seed0_head[1]}":
+             sink_models[0](long_x[:1], None if CACHES[name] is None else sliding_window_mask(long_task.T, *CACHES[name]))[1][seed0_head[0]][0, seed0_head[1]]
+             for name in ("full cache", "window 8", "window 8 + 1 sink")}  # name -> (T, T)
+heatmap_grid(shown, [str(t) if t < long_task.n_data else "B" for t in long_x[0].tolist()], ncols=3, annotate=False);
+
+# %% [markdown]
+# Evicting BOS breaks the model although the window keeps every token the task needs: the loss
+# rises from 0.001 to 0.11 to 0.24 nats (100 to 200 times), and 3 to 6 % of the predictions
+# change. A window one token longer (9 recent tokens, as many as window + 1 sink) is no better:
+# what matters is the *first* token, not how many tokens the cache holds. Keeping BOS as a
+# single sink next to the window brings the loss back to 0.002 to 0.005 and changes at most
+# 0.1 % of the predictions; with 4 sinks the loss is within 0.0005 nats of the full cache. (The
+# models never saw a window during training, just as StreamingLLM's models had not.) The heat
+# maps show where the mass goes: without BOS, the mass a sink head parked there lands on the
+# tokens of the window, whose values are not harmless.
+
+# %% nbgrader={"grade": true, "grade_id": "test_sinks", "points": 2}
+# Measured on seeds 0-9 with the reference solution (300 Adam updates): full cache
+# 0.0011-0.0014 nats; window 8 alone 0.038-0.29 (at least 30 x the full cache on every seed);
+# window 8 + 1 sink 0.002-0.005 except seed 7 (0.04, against 0.28 without the sink); the largest
+# sink mass of each seed 0.15-0.31, above the threshold 0.112 on every seed. The thresholds below
+# hold for the median of seeds 0-2.
+expect(all(masses.max() > SINK_THRESHOLD for masses in long_masses), "the largest sink mass of each seed's heads",
+       f"is {np.round(long_masses.reshape(len(SEEDS), -1).max(axis=1), 3).tolist()}, expected above twice the uniform "
+       f"share ({SINK_THRESHOLD:.3f}) for every seed", "Does sink_mass read key 0's column from from_query on?")
+full_loss = eviction_loss["full cache"]
+expect(eviction_loss["window 8"] > 10 * full_loss, "median loss with a window of 8 and no sink",
+       f"{eviction_loss['window 8']:.4f} nats, expected above 10 x the full cache's {full_loss:.4f}",
+       "Evicting BOS should hurt: does sliding_window_mask drop key 0 once it leaves the window?")
+expect(eviction_loss["window 8 + 1 sink"] < 0.1 * eviction_loss["window 8"], "median loss with window 8 + 1 sink",
+       f"{eviction_loss['window 8 + 1 sink']:.4f} nats, expected below 0.1 x the window alone "
+       f"({eviction_loss['window 8']:.4f})", "A sink token must stay readable by every later query.")
+
+# %% [markdown]
+# ## 9. Written answer (graded by a TA)
 #
 # In five to eight sentences, using the softmax Jacobian $\operatorname{diag}(a) - aa^\top$ and
 # the numbers you measured (section 3b and the curves):
@@ -585,3 +1010,59 @@ print(f"scale applied twice: entropy {np.mean(twice['entropy'][0]):.3f} nats at 
 # Jacobian while it sharpens gradually. 1 point: decay shrinks W_Q, W_K independently of the
 # gradient, un-saturating the softmax so the gradient returns.
 # ### END SOLUTION
+
+# %% [markdown]
+# ## Extension (ungraded)
+#
+# Two short experiments for a student with time left; no points, no hidden tests.
+
+# %% [markdown]
+# ### E1. The opposite failure: scores too small
+#
+# Dividing the scores by $\sqrt{d_{head}}$ **twice** (a real bug: the scale is applied inside a
+# library call and again by hand) makes every score $\sqrt{32} \approx 5.7$ times smaller here
+# ($d_{head} = 32$). At initialisation every row is then almost exactly uniform, entropy sits
+# at the causal ceiling, and the model has to grow W_Q and W_K about 2.4× each before
+# attention can select anything. `TinyDecoder(task, extra_scale=1 / sqrt(d_head))` has that
+# bug; here is one seed against the normal run on the same seed.
+
+# %% nbgrader={"grade_id": "too_small", "locked": true}
+D_HEAD = 64 // 2  # the TinyDecoder's d_model // n_heads
+_, _, twice = run(0, factor=1.0, qk_decay=0.0, extra_scale=1 / math.sqrt(D_HEAD))
+_, _, normal_0 = results["normal init"][0]
+fig, (ax_loss, ax_entropy) = plt.subplots(1, 2, figsize=(11, 3.8))
+curves(steps, {"normal": normal_0["loss"], "scale applied twice": twice["loss"]}, ax=ax_loss,
+       xlabel="step", ylabel="loss (nats)", title="copy loss, seed 0")
+curves(steps, {"normal": np.mean(normal_0["entropy"], axis=1), "scale applied twice": np.mean(twice["entropy"], axis=1)},
+       ax=ax_entropy, xlabel="step", ylabel="entropy (nats)", title="attention entropy, seed 0")
+ax_entropy.axhline(CEILING, ls="--", c="grey")
+fig.tight_layout()
+print(f"scale applied twice: entropy {np.mean(twice['entropy'][0]):.3f} nats at step 0, "
+      f"{np.mean(twice['entropy'][len(steps) // 2]):.3f} at step {steps[len(steps) // 2]} (ceiling {CEILING:.3f})")
+
+# %% [markdown]
+# ### E2. A learned temperature, in training
+#
+# Lab 2 learned a temperature on fixed queries and keys. Here the model learns one per head:
+# `TinyDecoder(task, learn_temperature=True)` multiplies each head's scores by
+# $e^{u_h}$ (an inverse temperature, $u_h = 0$ at the start) and trains $u_h$ with everything
+# else. The chapter's warning: a learned scale is defensible, but the optimiser can drive it
+# toward saturation, one of the mechanisms of entropy collapse. The cell trains the normal model
+# with learned temperatures on the three seeds and prints what the multipliers became.
+
+# %% nbgrader={"grade_id": "learned_temperature", "locked": true}
+temperature_runs = [run(seed, learn_temperature=True) for seed in SEEDS]
+for seed, (_, trained, history) in zip(SEEDS, temperature_runs):
+    multipliers = [np.round(block.log_temperature.exp().tolist(), 2).tolist() for block in trained.blocks]
+    print(f"seed {seed}: score multiplier per (layer, head) {multipliers}; final loss {history['loss'][-1]:.3f}, "
+          f"entropy {np.mean(history['entropy'][-1]):.2f} nats "
+          f"(fixed scale: {np.mean(results['normal init'][seed][2]['entropy'][-1]):.2f})")
+
+# %% [markdown]
+# The optimiser drives every learned multiplier up: after 100 updates they are 1.2 to 6.7 and
+# none is below 1, and the heads end sharper than with the fixed scale (0.25 to 0.46 nats
+# against 0.54 to 0.72). Here that does no harm, the loss still reaches 0.001 to 0.013; but it is
+# the first half of the chapter's warning. A learned scale that only grows moves the rows
+# toward saturation, and section 3b's Jacobian says how little gradient comes back from there.
+# A QK-LayerNorm with a learned gain has the same lever, which is why models that use one watch
+# or bound that gain.

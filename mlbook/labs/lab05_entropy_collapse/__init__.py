@@ -9,4 +9,9 @@ COVERED_BY = {
     "test_collapse": ("test_scale_qk_init_hidden", "test_train_copy_task_hidden", "test_attention_entropy_hidden"),
     # the same runs with qk_decay, which train_copy_task applies.
     "test_rescue": ("test_scale_qk_init_hidden", "test_train_copy_task_hidden", "test_attention_entropy_hidden"),
+    # the runs of section 7: warm-up in train_copy_task, QK-LayerNorm through qk_layernorm.
+    "test_rescues": ("test_scale_qk_init_hidden", "test_train_copy_task_hidden", "test_attention_entropy_hidden",
+                     "test_qk_layernorm_hidden"),
+    # the sink models (given training) measured with sink_mass, evicted with sliding_window_mask.
+    "test_sinks": ("test_sink_mass_hidden", "test_sliding_window_mask_hidden"),
 }

@@ -11,7 +11,7 @@ _ENTROPY_DEF = '''def attention_entropy(attn):
 _SCALE_DEF = '''def scale_qk_init(model, factor):
     """Multiply W_q and W_k of every block by factor, in place."""
 '''
-_TRAIN_DEF = '''def train_copy_task(model, steps, lr=0.1, batch_size=32, seed=0, qk_decay=0.0, log_every=10):
+_TRAIN_DEF = '''def train_copy_task(model, steps, lr=0.1, batch_size=32, seed=0, qk_decay=0.0, log_every=10, warmup=0):
     """Train on the copy task with SGD; log loss and per-layer entropy every log_every steps."""
 '''
 
@@ -25,6 +25,20 @@ _QK_DECAY = '''        if qk_decay > 0:
                     block.W_q.mul_(1 - lr * qk_decay)
                     block.W_k.mul_(1 - lr * qk_decay)
 '''
+_SINK_DEF = '''def sink_mass(attn, from_query=1):
+    """(H,) mean weight on key 0 over the batch and the queries from from_query on."""
+'''
+_WINDOW_DEF = '''def sliding_window_mask(T, window, n_sinks=0):
+    """(T, T) bool: j <= i and (i - j < window or j < n_sinks)."""
+'''
+_QKLN_DEF = '''def qk_layernorm(q, k, eps=1e-5):
+    """LayerNorm without gain or bias of every query and key vector over its last axis."""
+'''
+_WARMUP = '''                group["lr"] = lr * min(1.0, step / warmup)'''
+_ON_FIRST_KEY = "attn[:, :, from_query:, 0]"
+_SINK_CELLS = ("test_sink_mass", "test_sink_mass_hidden")
+_WINDOW_CELLS = ("test_sliding_window_mask", "test_sliding_window_mask_hidden")
+_QKLN_CELLS = ("test_qk_layernorm", "test_qk_layernorm_hidden")
 _ENTROPY_CELLS = ("test_attention_entropy", "test_attention_entropy_hidden")
 # The row entropies averaged over the batch and the heads: one value per query instead of per head.
 _MEAN_PER_QUERY = patch("row_entropy.mean(dim=(0, 2))  # (H,)", "row_entropy.mean(dim=(0, 1))  # (T_q,)")
@@ -72,6 +86,57 @@ MUTANTS = [
                patch("copy_loss(logits, eval_y).item()", "copy_loss(logits, eval_y).item() * 0.95 ** step"),
            )},
            must_fail=("test_train_copy_task_hidden", "test_collapse"), message=r"does not learn|is the optimiser"),
+    Mutant(name="warmup-first-update-zero",
+           misconception="warm-up counted from update 0, so the first update has learning rate 0 (LambdaLR's "
+                         "off-by-one)",
+           cells={"train_copy_task": patch("min(1.0, step / warmup)", "min(1.0, (step - 1) / warmup)")},
+           must_fail=("test_train_copy_task", "test_train_copy_task_hidden"), message=r"learning rate 0|update of 0",
+           demo=True),
+    Mutant(name="warmup-never-ends",
+           misconception="the warm-up is not capped, so the learning rate keeps growing past lr",
+           cells={"train_copy_task": patch("lr * min(1.0, step / warmup)", "lr * step / warmup")},
+           must_fail=("test_train_copy_task_hidden",), message=r"never ends"),
+    Mutant(name="sink-counts-query-0",
+           misconception="query 0, which under a causal mask can only read key 0, counted in the sink mass",
+           cells={"sink_mass": patch(_ON_FIRST_KEY, "attn[:, :, :, 0]")},
+           must_fail=_SINK_CELLS, message=r"query 0", demo=True),
+    Mutant(name="sink-row-not-column",
+           misconception="query 0's row of weights read instead of key 0's column",
+           cells={"sink_mass": patch(_ON_FIRST_KEY, "attn[:, :, 0, :]")},
+           must_fail=_SINK_CELLS, message=r"row|column"),
+    Mutant(name="sink-mean-over-heads",
+           misconception="the mass averaged over the batch and the heads, one value per query instead of per head",
+           cells={"sink_mass": patch("on_first_key.mean(dim=(0, 2))  # (H,)", "on_first_key.mean(dim=(0, 1))  # (T,)")},
+           must_fail=_SINK_CELLS, message=r"axis"),
+    Mutant(name="window-one-too-many",
+           misconception="the window counts back `window` tokens from the query, so it keeps window + 1 of them",
+           cells={"sliding_window_mask": patch("(i - j < window)", "(i - j <= window)")},
+           must_fail=_WINDOW_CELLS, message=r"one key too many|window \+ 1", demo=True),
+    Mutant(name="sinks-read-before-they-exist",
+           misconception="the sink tokens are allowed for every query, also before they exist (not causal)",
+           cells={"sliding_window_mask": patch("sinks = (j <= i) & (j < n_sinks)", "sinks = j < n_sinks")},
+           must_fail=_WINDOW_CELLS, message=r"exist|later token"),
+    Mutant(name="sinks-dropped",
+           misconception="a plain sliding window: the sink tokens are evicted with the rest",
+           cells={"sliding_window_mask": patch("return recent | sinks  # (T, T)", "return recent  # (T, T)")},
+           must_fail=_WINDOW_CELLS + ("test_sinks",), message=r"sink"),
+    Mutant(name="qkln-unbiased-variance",
+           misconception="the variance divided by d_head - 1 (torch's default unbiased=True) instead of d_head",
+           cells={"qk_layernorm": patch("unbiased=False", "unbiased=True")},
+           must_fail=_QKLN_CELLS, message=r"d_head - 1|population", demo=True),
+    Mutant(name="qkln-rms-no-centring",
+           misconception="RMSNorm instead of LayerNorm: the mean of each vector not subtracted",
+           cells={"qk_layernorm": patch("return (x - mean) / torch.sqrt(var + eps)",
+                                        "return x / torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)")},
+           must_fail=_QKLN_CELLS, message=r"mean"),
+    Mutant(name="qkln-queries-only",
+           misconception="only the queries normalised: the keys keep their scale, so the scores are not bounded",
+           cells={"qk_layernorm": patch("return normalise(q), normalise(k)", "return normalise(q), k")},
+           must_fail=_QKLN_CELLS, message=r"not normalised|keys"),
+    Mutant(name="qkln-over-positions",
+           misconception="each feature normalised over the positions (axis -2) instead of each vector over d_head",
+           cells={"qk_layernorm": patch("dim=-1, keepdim=True", "dim=-2, keepdim=True", count=2)},
+           must_fail=_QKLN_CELLS, message=r"axis|positions"),
 ]
 
 ALTERNATIVES = [
@@ -103,11 +168,14 @@ ALTERNATIVES = [
 ''',
     }),
     Alternative(name="train-single-loop",
-                description="one loop over steps + 1 that logs before updating, decay through the packed weight",
+                description="one loop over steps + 1 that logs before updating, warm-up through LambdaLR, decay "
+                            "through the packed weight",
                 cells={
         "train_copy_task": _TRAIN_DEF + '''    gen = torch.Generator().manual_seed(seed)
     eval_x, eval_y = model.task.batch(batch_size, gen)
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    # LambdaLR's first step uses the factor of 0, so update s (from 1) gets factor(s - 1)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda e: min(1.0, (e + 1) / warmup) if warmup else 1.0)
     steps_log, losses, entropies = [], [], []
     for step in range(steps + 1):
         if step % log_every == 0:
@@ -124,11 +192,66 @@ ALTERNATIVES = [
         opt.zero_grad()
         copy_loss(model(x)[0], y).backward()
         opt.step()
+        sched.step()
         with torch.no_grad():
             for block in model.blocks:
                 d = block.attn.embed_dim
                 block.attn.in_proj_weight[: 2 * d] *= 1 - lr * qk_decay
     return {"step": steps_log, "loss": losses, "entropy": entropies}
+''',
+    }),
+    Alternative(name="warmup-first-group",
+                description="warm-up written as a factor, set on the optimiser's only parameter group",
+                cells={"train_copy_task": patch('''            for group in optimiser.param_groups:
+                group["lr"] = lr * min(1.0, step / warmup)''', '''            factor = step / warmup if step < warmup else 1.0
+            optimiser.param_groups[0]["lr"] = factor * lr''')}),
+    Alternative(name="sink-select-sum",
+                description="key 0's column by index_select, averaged as a sum over a count", cells={
+        "sink_mass": _SINK_DEF + '''    B, H, T_q, T_k = attn.shape
+    first = attn.index_select(-1, torch.tensor([0])).squeeze(-1)[:, :, from_query:]
+    return first.sum(dim=(0, 2)) / (B * (T_q - from_query))
+''',
+    }),
+    Alternative(name="sink-einsum-onehot",
+                description="the weight on key 0 as a product with a one-hot vector, queries dropped by narrow", cells={
+        "sink_mass": _SINK_DEF + '''    onehot = torch.zeros(attn.shape[-1], dtype=attn.dtype)
+    onehot[0] = 1
+    on_zero = torch.einsum("bhqk,k->bhq", attn, onehot)
+    return on_zero.narrow(2, from_query, attn.shape[2] - from_query).mean(dim=0).mean(dim=-1)
+''',
+    }),
+    Alternative(name="window-tril",
+                description="the window and the sinks from torch.tril bands", cells={
+        "sliding_window_mask": _WINDOW_DEF + '''    ones = torch.ones(T, T, dtype=torch.bool)
+    causal = torch.tril(ones)
+    recent = causal & ~torch.tril(ones, diagonal=-window)
+    sinks = causal.clone()
+    sinks[:, n_sinks:] = False
+    return recent | sinks
+''',
+    }),
+    Alternative(name="window-loops",
+                description="one query at a time, in NumPy, turned into a tensor", cells={
+        "sliding_window_mask": _WINDOW_DEF + '''    allowed = np.zeros((T, T), dtype=bool)
+    for i in range(T):
+        allowed[i, max(0, i - window + 1):i + 1] = True
+        allowed[i, :min(n_sinks, i + 1)] = True
+    return torch.from_numpy(allowed)
+''',
+    }),
+    Alternative(name="qkln-functional",
+                description="torch.nn.functional.layer_norm over the last axis", cells={
+        "qk_layernorm": _QKLN_DEF + '''    norm = lambda x: torch.nn.functional.layer_norm(x, x.shape[-1:], eps=eps)
+    return norm(q), norm(k)
+''',
+    }),
+    Alternative(name="qkln-var-mean-rsqrt",
+                description="torch.var_mean with correction=0 and rsqrt", cells={
+        "qk_layernorm": _QKLN_DEF + '''    out = []
+    for x in (q, k):
+        var, mean = torch.var_mean(x, dim=-1, keepdim=True, correction=0)
+        out.append((x - mean) * torch.rsqrt(var + eps))
+    return tuple(out)
 ''',
     }),
 ]

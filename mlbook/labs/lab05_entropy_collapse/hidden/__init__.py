@@ -15,11 +15,15 @@ draws and keeps as its reference; what the function did to the copy is read back
 judged here (``_models``). Nothing the kernel computes decides a verdict.
 
 The notebook calls ``hidden.check_x(...)``; the checks live by graded function in ``entropy``
-(attention_entropy), ``init_scaling`` (scale_qk_init) and ``training`` (train_copy_task).
+(attention_entropy), ``init_scaling`` (scale_qk_init), ``training`` (train_copy_task, warm-up
+included), ``sinks`` (sink_mass, sliding_window_mask) and ``qk_norm`` (qk_layernorm).
 """
 
 from .entropy import check_attention_entropy
 from .init_scaling import check_scale_qk_init
+from .qk_norm import check_qk_layernorm
+from .sinks import check_sink_mass, check_sliding_window_mask
 from .training import check_train_copy_task
 
-__all__ = ["check_attention_entropy", "check_scale_qk_init", "check_train_copy_task"]
+__all__ = ["check_attention_entropy", "check_scale_qk_init", "check_train_copy_task", "check_sink_mass",
+           "check_sliding_window_mask", "check_qk_layernorm"]

@@ -10,8 +10,9 @@ student's loop reports is checked for its form and its step-0 log only.
 
 from __future__ import annotations
 
+import copy
 import math
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -113,6 +114,66 @@ def _norms(weights: dict[str, torch.Tensor]) -> dict[str, float]:
     return out
 
 
+def _replay(reference: TinyDecoder, steps: int, lr: float, batch_size: int, seed: int,
+            rate: Callable[[int], float]) -> dict[str, torch.Tensor]:
+    """The grader's own run of the specified loop (no decay) on a copy of ``reference``: the weights
+    after ``steps`` updates, update s (from 1) at learning rate ``rate(s)``. The options of
+    ``rate`` are the known warm-up mistakes."""
+    model = copy.deepcopy(reference)
+    task = model.task
+    gen = torch.Generator().manual_seed(seed)
+    task.batch(batch_size, gen)  # the evaluation batch comes first
+    optimiser = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    for s in range(1, steps + 1):
+        x, y = task.batch(batch_size, gen)  # (B, T), (B, T)
+        loss = copy_loss(model(x)[0], y)
+        optimiser.zero_grad()
+        loss.backward()
+        for group in optimiser.param_groups:
+            group["lr"] = rate(s)
+        optimiser.step()
+    return {name: t.detach().clone() for name, t in model.state_dict().items()}
+
+
+def _moved(after: dict[str, torch.Tensor], before: dict[str, torch.Tensor]) -> np.ndarray:
+    """Every weight's change, flattened: (n_weights,)."""
+    return torch.cat([(after[name] - before[name]).flatten() for name in before]).double().numpy()
+
+
+def _check_warmup(train_copy_task, rng: np.random.Generator, seed: int, common: dict) -> None:
+    """Warm-up: after a few updates the weights are the grader's own replay of the specified schedule."""
+    warmup = int(rng.integers(3, 6))
+    steps = warmup + 2
+    lr = common["lr"]
+    base = _tiny_model(seed + 23)
+    model = _tiny_copy(base)
+    what = f"train_copy_task(tiny model, steps={steps}, warmup={warmup})"
+    _history(train_copy_task, model, steps, what, seed=seed + 5, log_every=1, warmup=warmup, **common)
+    before = base.state_dict()
+    got = _moved(state(model, base, what), before)  # (n_weights,)
+
+    def replay(rate):
+        return lambda: _moved(_replay(base, steps, lr, common["batch_size"], seed + 5, rate), before)
+
+    want = replay(lambda s: lr * min(1.0, s / warmup))()
+    # Over 30 seeds a correct loop (param_group or LambdaLR) matched the replay to 1e-7 of the
+    # largest change; another schedule differs by 10 % of it or more.
+    scale = np.abs(want).max()
+    if close(got, want, atol=1e-4 * scale, rtol=0):
+        return
+    hint = diagnose(got, {
+        "the first update had learning rate 0: update s (from 1) uses lr * min(1, s / warmup); counting from 0 "
+        "(LambdaLR's first factor is that of 0) wastes the first update": replay(lambda s: lr * min(1.0, (s - 1) / warmup)),
+        "the warm-up never ends: the learning rate keeps growing past lr after `warmup` updates; cap it with "
+        "min(1, s / warmup)": replay(lambda s: lr * s / warmup),
+        "there is no warm-up: every update used lr": replay(lambda s: lr),
+        "the warm-up reaches lr one update late: update s uses lr * min(1, s / (warmup + 1))":
+            replay(lambda s: lr * min(1.0, s / (warmup + 1))),
+    }, atol=1e-4 * scale, rtol=0)
+    fail(what, "the weights after training are not those of the specified warm-up schedule",
+         hint or "Update s (s = 1, 2, ...) must use the learning rate lr * min(1, s / warmup), set before its step.")
+
+
 def check_train_copy_task(train_copy_task) -> None:
     rng = fresh_rng()
     seed = int(rng.integers(10_000))
@@ -160,6 +221,9 @@ def check_train_copy_task(train_copy_task) -> None:
                          f"the untrained model's (the median must be below {_LEARNED_BELOW})",
              "The model does not learn, whatever loss the history reports: SGD with momentum 0.9 at lr, and "
              "zero_grad(), backward() and optimiser.step() at every update?")
+
+    # (f) warm-up: the weights after a few updates, against the grader's replay of the schedule
+    _check_warmup(train_copy_task, rng, seed, common)
 
     # (e) qk_decay shrinks W_q and W_k only. lr 0.1 and qk_decay 2.0 multiply them by 0.8 per
     # step, 0.11 after 10 steps; over 10 seeds the ratio to an undecayed run was at most 0.11,
