@@ -31,7 +31,8 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet "torch==2.13.0"
-	$(BIN)/python -m pip install --quiet -e ".[grader,test]"
+	$(BIN)/python -m pip install --quiet -e ".[grader,test,hub]"
+	npm install --silent --no-audit --no-fund --prefix $(VENV)/hub-proxy configurable-http-proxy@5.3.0
 	rm -f $(VENV)/.installed-*
 	touch $@
 
