@@ -23,6 +23,7 @@ this module does about them:
 
 from __future__ import annotations
 
+import glob
 import grp
 import os
 import pwd
@@ -46,9 +47,10 @@ SAFE_NAME = re.compile(r"^(?!\.\.?$)[A-Za-z0-9._][A-Za-z0-9._ -]{0,127}$")
 def check_tree(folder: str | os.PathLike, max_file_bytes: int = MAX_FILE_BYTES) -> str:
     """Why a submission folder cannot be handed on, or "" when it can. Nothing is followed.
 
-    Refused: any symbolic link (dangling or not), anything but plain files and folders, a
-    name outside ``SAFE_NAME`` (path tricks, control characters, hidden files other than
-    ``.ipynb_checkpoints``), a file over ``max_file_bytes``, more than ``MAX_ENTRIES`` entries.
+    Refused: any symbolic link (dangling or not), anything but plain files and folders, a hard
+    link, a name outside ``SAFE_NAME`` (path separators, control characters, shell and quote
+    characters, a leading dash), a file over ``max_file_bytes``, more than ``MAX_ENTRIES``
+    entries. ``.ipynb_checkpoints`` folders are skipped (JupyterLab's own; never graded).
     """
     root = Path(folder)
     try:
@@ -95,17 +97,28 @@ class ConfinedSubmit(ExchangeSubmit):
         dest = os.path.join(self.inbound_path, self.assignment_filename)
         self.set_perms(dest, fileperms=0o640, dirperms=0o2750)
 
+    def do_copy(self, src, dest, log=None):
+        super().do_copy(src, dest, log)
+        for current, _, _ in os.walk(dest):  # copytree copied the folders' modes, dropping inbound's setgid:
+            os.chmod(current, os.stat(current).st_mode | stat.S_ISGID)  # later files keep the staff group
+
 
 class ConfinedCollect(ExchangeCollect):
     """nbgrader's collect, refusing an attempt that holds what ``check_tree`` refuses or whose
     folder is not owned by the student it names; such attempts are listed in ``refused``."""
 
     def init_src(self):
-        super().init_src()
+        super().init_src()  # checks the course and reads the due date; its choice is made again here
         self.refused: list[tuple[str, str]] = []
-        kept = []
-        for rec in self.src_records:
-            path = os.path.join(self.inbound_path, rec["filename"])
+        student = self.coursedir.student_id or "*"
+        pattern = os.path.join(self.inbound_path, f"{student}+{self.coursedir.assignment_id}+*")
+        by_student: dict[str, list[dict]] = {}
+        for path in sorted(glob.glob(pattern)):
+            try:
+                rec = self._path_to_record(path)
+            except Exception as exc:  # a crafted name nbgrader cannot parse
+                self.refused.append((os.path.basename(path).split("+")[0], f"unreadable attempt name: {exc}"))
+                continue
             problem = check_tree(path)
             if not problem:
                 try:
@@ -114,12 +127,19 @@ class ConfinedCollect(ExchangeCollect):
                     owner = "an unknown user"
                 if owner != rec["username"]:
                     problem = f"the folder claims to be {rec['username']}'s but belongs to {owner}"
-            if problem:
+            if problem:  # refused before the newest attempt is chosen: a planted folder hides nobody's work
                 self.log.error("Refused %s: %s", rec["filename"], problem)
-                self.refused.append((rec["username"], problem))
-            else:
-                kept.append(rec)
-        self.src_records = kept
+                self.refused.append((rec["username"], f"{rec['filename']}: {problem}"))
+                continue
+            by_student.setdefault(rec["username"], []).append(rec)
+        chosen = []
+        for records in by_student.values():
+            records = self._sort_by_timestamp(records)
+            if self.duedate is not None and self.before_duedate:
+                on_time = [r for r in records if r["timestamp"] <= self.duedate]
+                records = on_time or records
+            chosen.append(records[0])
+        self.src_records = chosen
 
     def do_copy(self, src, dest, log=None):
         shutil.copytree(src, dest, symlinks=True, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))

@@ -53,10 +53,11 @@ class Person:
     def home(self) -> Path:
         return Path(pwd.getpwnam(self.name).pw_dir)
 
-    def run(self, *command: str, timeout: float = 120, cwd: str | None = None) -> subprocess.CompletedProcess:
+    def run(self, *command: str, timeout: float = 120, cwd: str | None = None,
+            env: dict | None = None) -> subprocess.CompletedProcess:
         """Run ``command`` as this account (runuser), with its own home and no inherited secrets."""
-        env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(self.home), "USER": self.name,
-               "LOGNAME": self.name, "LANG": "C.UTF-8"}
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(self.home), "USER": self.name,
+               "LOGNAME": self.name, "LANG": "C.UTF-8", **(env or {})}
         return subprocess.run(["runuser", "-u", self.name, "--", *command], env=env, cwd=cwd or str(self.home),
                               capture_output=True, text=True, timeout=timeout)
 
@@ -153,6 +154,13 @@ def hub(site):
     holder = {"hub": start_hub(site)}
     yield holder
     holder["hub"].stop()
+
+
+def as_student(site: HubSite, person: Person, *nbgrader_args: str, cwd: str | None = None):
+    """``nbgrader ARGS`` as ``person`` from a shell, with the hub's student profile (as their server has)."""
+    python = site.folder / "python" / "bin" / "python3.11"
+    env = {"JUPYTER_CONFIG_PATH": str(site.profile("student") / "config"), "PATH": f"{python.parent}:/usr/bin:/bin"}
+    return person.run(str(python), "-m", "nbgrader", *nbgrader_args, env=env, cwd=cwd, timeout=300)
 
 
 def mlbook(course: Course, *args: str, timeout: float = GRADE_TIMEOUT_S) -> str:

@@ -113,10 +113,7 @@ def wait_listed(page: Page, section: str, pattern: str, hub_url: str, person, ex
                 raise AssertionError(f"nbgrader's error dialog in {person.name}'s Assignments tab:\n{shown[:3000]}")
             raise
         try:  # the lists say "Loading" until both requests answered
-            page.wait_for_function(
-                """() => ['released', 'fetched', 'submitted'].every(s => {
-                     const el = document.getElementById(s + '_assignments_list_loading');
-                     return !el || el.offsetParent === null; })""", timeout=60_000, polling=250)
+            page.wait_for_function(LOADED_JS, timeout=60_000, polling=250)
         except PlaywrightTimeout:
             pass
         found = [r for r in rows(page, section) if re.search(pattern, r)]
@@ -130,6 +127,20 @@ def wait_listed(page: Page, section: str, pattern: str, hub_url: str, person, ex
                 f"the server says:\n{server_says(page, hub_url, person)}\n"
                 f"the exchange holds:\n{exchange_listing(exchange_root)}")
         page.wait_for_timeout(1000)  # the poll's interval between refreshes
+
+
+LOADED_JS = """() => ['released', 'fetched', 'submitted'].every(s => {
+    const el = document.getElementById(s + '_assignments_list_loading');
+    return !el || el.hidden || el.offsetParent === null; })"""
+
+
+def snap(page: Page, shots, step: str):
+    """A screenshot once the Assignments tab (when shown) has finished loading its lists."""
+    try:
+        page.wait_for_function(LOADED_JS, timeout=60_000, polling=250)
+    except PlaywrightTimeout:
+        pass  # the screenshot shows what is there
+    return shots.take(page, step)
 
 
 def press_in_row(page: Page, section: str, lab: str, button: str) -> None:
