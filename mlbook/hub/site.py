@@ -71,6 +71,8 @@ class HubSite:
     staff: list[str]
     students: list[str]
     port: int = 0
+    hub_port: int = 0  # the hub's own API, for the proxy and the servers (kept across restarts:
+    proxy_api_port: int = 0  # servers left running by a crash find the restarted hub)
     extra_env: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -121,6 +123,8 @@ def write_site(site: HubSite) -> Path:
     site.folder.mkdir(parents=True, exist_ok=True)
     os.chmod(site.folder, 0o755)  # profiles are read by every account; secrets below are 0600
     site.port = site.port or free_port()
+    site.hub_port = site.hub_port or free_port()
+    site.proxy_api_port = site.proxy_api_port or free_port()
     for role in ("staff", "student"):
         profile = site.profile(role)
         (profile / "config").mkdir(parents=True, exist_ok=True)
@@ -143,6 +147,11 @@ def write_site(site: HubSite) -> Path:
     if not secret.exists():
         secret.write_text(secrets.token_hex(32))
     os.chmod(secret, 0o600)
+    token_file = site.folder / "proxy_token"
+    if not token_file.exists():
+        token_file.write_text(secrets.token_hex(24))
+    os.chmod(token_file, 0o600)
+    proxy_token = token_file.read_text().strip()
     hub_bin = Path(sys.executable).parent
     python = users_python(site.folder)
     env_common = {"PATH": f"{python.parent}:/usr/local/bin:/usr/bin:/bin",

@@ -41,6 +41,7 @@ from mlbook.hub.site import HubSite, RunningHub, start_hub  # noqa: E402
 LAB = "lab01_hand_attention"
 MLBOOK = [sys.executable, "-m", "mlbook.cli"]
 GRADE_TIMEOUT_S = 900
+RUNUSER = shutil.which("runuser", path="/usr/sbin:/sbin:/usr/bin:/bin") or "runuser"
 
 
 @dataclass
@@ -58,7 +59,7 @@ class Person:
         """Run ``command`` as this account (runuser), with its own home and no inherited secrets."""
         env = {"PATH": "/usr/bin:/bin", "HOME": str(self.home), "USER": self.name,
                "LOGNAME": self.name, "LANG": "C.UTF-8", **(env or {})}
-        return subprocess.run(["runuser", "-u", self.name, "--", *command], env=env, cwd=cwd or str(self.home),
+        return subprocess.run([RUNUSER, "-u", self.name, "--", *command], env=env, cwd=cwd or str(self.home),
                               capture_output=True, text=True, timeout=timeout)
 
 
