@@ -41,6 +41,7 @@ from mlbook.errors import MlbookError
 
 MAX_FILE_BYTES = 64 * 1024 * 1024  # the grader's own cap (mlbook.sandbox.limits.Limits.submission_bytes)
 MAX_ENTRIES = 200
+SKIPPED = (".ipynb_checkpoints", "__pycache__", "feedback")  # folders nbgrader's submit leaves out (CourseDirectory.ignore)
 SAFE_NAME = re.compile(r"^(?!\.\.?$)[A-Za-z0-9._][A-Za-z0-9._ -]{0,127}$")
 
 
@@ -50,7 +51,8 @@ def check_tree(folder: str | os.PathLike, max_file_bytes: int = MAX_FILE_BYTES) 
     Refused: any symbolic link (dangling or not), anything but plain files and folders, a hard
     link, a name outside ``SAFE_NAME`` (path separators, control characters, shell and quote
     characters, a leading dash), a file over ``max_file_bytes``, more than ``MAX_ENTRIES``
-    entries. ``.ipynb_checkpoints`` folders are skipped (JupyterLab's own; never graded).
+    entries. The folders nbgrader's submit leaves out (``SKIPPED``: checkpoints, fetched
+    feedback, bytecode) are not looked into.
     """
     root = Path(folder)
     try:
@@ -61,7 +63,8 @@ def check_tree(folder: str | os.PathLike, max_file_bytes: int = MAX_FILE_BYTES) 
         return f"{root.name} is not a plain folder"
     count = 0
     for current, dirs, files in os.walk(root, followlinks=False):
-        dirs[:] = [d for d in dirs if d != ".ipynb_checkpoints"]  # JupyterLab's own; never handed on
+        dirs[:] = [d for d in dirs if d not in SKIPPED]  # nbgrader's default ignore list: never handed on
+        files = [f for f in files if not f.endswith(".pyc")]
         for name in sorted(dirs) + sorted(files):
             count += 1
             entry = Path(current) / name
@@ -142,7 +145,7 @@ class ConfinedCollect(ExchangeCollect):
         self.src_records = chosen
 
     def do_copy(self, src, dest, log=None):
-        shutil.copytree(src, dest, symlinks=True, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+        shutil.copytree(src, dest, symlinks=True, ignore=shutil.ignore_patterns(*SKIPPED, "*.pyc"))
 
 
 @dataclass
