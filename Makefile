@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 WORKERS ?= 2
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test setup system build check clean
+.PHONY: demo test test-hub setup system build check clean
 
 ## Set everything up, build the release, grade a demo class and print the results.
 demo: system $(STAMP)
@@ -14,9 +14,17 @@ demo: system $(STAMP)
 
 ## The whole test suite (what .ci/run calls). One BLAS thread per kernel: the workers
 ## already keep both cores busy, and oversubscribed BLAS threads slow small matmuls 10x.
+## The hub suite (tests/hub) runs after the xdist suite, on its own and serially: a hub, five
+## people's servers and a browser beside sandboxed lab grading on two cores only measure the load.
 test: system $(STAMP)
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
-	$(BIN)/python -m pytest -n $(WORKERS) --dist loadgroup tests
+	$(BIN)/python -m pytest -n $(WORKERS) --dist loadgroup --ignore=tests/hub tests
+	$(MAKE) test-hub
+
+## The course on JupyterHub (as root: it creates and removes the students' system accounts).
+test-hub: system $(STAMP)
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
+	$(BIN)/python -m pytest -p no:xdist tests/hub
 
 setup: $(STAMP)
 
@@ -31,7 +39,8 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet "torch==2.13.0"
-	$(BIN)/python -m pip install --quiet -e ".[grader,test]"
+	$(BIN)/python -m pip install --quiet -e ".[grader,test,hub]"
+	npm install --silent --no-audit --no-fund --prefix $(VENV)/hub-proxy configurable-http-proxy@5.3.0
 	rm -f $(VENV)/.installed-*
 	touch $@
 

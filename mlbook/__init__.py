@@ -21,7 +21,10 @@ Packages:
 - ``outputs``    what people read: scores and messages (results), feedback, exports, the report;
 - ``labs``       per-lab grading material and the kit every lab is written with;
 - ``lms``        hand-in and hand-back through an LMS: the schedule (``course.toml``) and late
-                 work, the roster, bulk downloads collected into ``submitted/``, the hand-back zip.
+                 work, the roster, bulk downloads collected into ``submitted/``, the hand-back zip;
+- ``hub``        the course on a JupyterHub: nbgrader's exchange hardened (release, submit,
+                 collect, feedback), the hub and its profiles, the formgrader's Autograde
+                 button pointed to ``mlbook autograde``, ``mlbook hub``.
 Modules beside them: ``cli`` (one thin function per subcommand), ``course`` (where everything
 lives), ``nbgrader_env`` (nbgrader set up for mlbook, by an explicit ``install()``), ``files``
 (atomic writes), ``errors``, ``demo`` (the main job: build, grade a demo class, print).

@@ -279,6 +279,12 @@ def cmd_demo(args) -> int:
     return 1 if run_demo(course, course.resolve_labs(args.labs)) else 0
 
 
+def cmd_hub(args) -> int:
+    from mlbook.hub.commands import run
+
+    return run(args, _course(args))
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mlbook", description="Build, grade and report the attention labs.")
     p.add_argument("--course", help="course directory (default: the one containing the working directory)")
@@ -362,6 +368,11 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("demo", help="build, grade a demo class, export and print the results")
     s.add_argument("labs", nargs="*")
     s.set_defaults(func=cmd_demo)
+
+    from mlbook.hub.commands import add_parser as add_hub_parser
+
+    add_hub_parser(sub)
+    sub.choices["hub"].set_defaults(func=cmd_hub)
     return p
 
 

@@ -1,0 +1,8 @@
+"""The course on a JupyterHub: nbgrader's exchange, hardened (``exchange``), the hub and the
+people's profiles (``site``), the formgrader's Autograde button pointed to ``mlbook autograde``
+(``guard``), and the ``mlbook hub`` commands (``commands``).
+
+The loop: ``mlbook hub release LAB`` -> students fetch, work, validate and submit in their
+Assignments tab -> ``mlbook hub collect LAB`` -> ``mlbook autograde LAB`` (sandboxed) -> manual
+grades in the formgrader -> ``mlbook hub feedback LAB`` -> students fetch their feedback.
+"""

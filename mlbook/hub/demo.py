@@ -1,0 +1,80 @@
+"""``mlbook hub demo``: a local demo hub of the course for an instructor who wants to try it.
+
+As root: creates the accounts ``mlbook-instructor``, ``mlbook-ta`` and ``mlbook-student1..3``
+(random passwords, printed) and the group ``mlbook-staff``, copies the course (config, every
+lab's source and release) to ``--folder``, prepares the exchange there, releases lab 1, and
+runs the hub on http://127.0.0.1:PORT/ until Ctrl+C. The accounts and the folder are removed
+when it stops.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+from mlbook.errors import MlbookError
+
+GROUP = "mlbook-staff"
+STAFF = ["mlbook-instructor", "mlbook-ta"]
+STUDENTS = ["mlbook-student1", "mlbook-student2", "mlbook-student3"]
+
+
+def _account(name: str, staff: bool) -> str:
+    extra = ["-G", GROUP] if staff else []
+    subprocess.run(["useradd", "-m", "-s", "/bin/bash", *extra, name], check=True, capture_output=True)
+    password = secrets.token_urlsafe(9)
+    subprocess.run(["chpasswd"], input=f"{name}:{password}\n", text=True, check=True)
+    os.chmod(Path("/home") / name, 0o700)
+    return password
+
+
+def run_demo(course, args) -> int:
+    from mlbook.hub.exchange import Exchange, prepare_exchange, release
+    from mlbook.hub.site import HubSite, start_hub
+
+    if os.geteuid() != 0:
+        raise MlbookError("`mlbook hub demo` creates system accounts and spawns their servers: run it as root")
+    folder = Path(args.folder)
+    if folder.exists():
+        raise MlbookError(f"{folder} exists: remove it or pass another --folder")
+    subprocess.run(["groupadd", GROUP], check=True, capture_output=True)
+    passwords, hub = {}, None
+    try:
+        for name in STAFF + STUDENTS:
+            passwords[name] = _account(name, name in STAFF)
+        folder.mkdir(parents=True)
+        os.chmod(folder, 0o755)
+        labs = course.labs()
+        demo = course.scratch_copy(folder / "course", labs)
+        for lab in labs:
+            shutil.copytree(course.release(lab).parent, demo.release(lab).parent, dirs_exist_ok=True)
+        exchange = Exchange(folder / "exchange", "attention-labs", GROUP)
+        with open(demo.config, "a") as handle:
+            handle.write("\n# The demo hub's exchange (mlbook hub demo)\n" + exchange.config_lines())
+        subprocess.run(["chgrp", "-R", GROUP, str(demo.root)], check=True)
+        subprocess.run(["chmod", "-R", "u+rwX,g+rwX,o-rwx", str(demo.root)], check=True)
+        prepare_exchange(exchange)
+        release(demo, labs[0], exchange)
+        site = HubSite(folder / "hub", demo.root, exchange, STAFF, STUDENTS, port=args.port)
+        hub = start_hub(site)
+        print(f"the course's hub: {site.url} (127.0.0.1 only); {labs[0]} is released. Log in as:")
+        for name, password in passwords.items():
+            print(f"  {name:18} {password}   ({'staff' if name in STAFF else 'student'})")
+        print(f"grade as root in {demo.root}: mlbook hub collect {labs[0]}; mlbook autograde {labs[0]}; "
+              f"mlbook hub feedback {labs[0]}.  Ctrl+C stops the hub and removes the accounts.")
+        while hub.process.poll() is None:
+            time.sleep(1)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        if hub is not None:
+            hub.stop()
+        for name in passwords:
+            subprocess.run(["userdel", "-r", "-f", name], capture_output=True)
+        subprocess.run(["groupdel", GROUP], capture_output=True)
+        shutil.rmtree(folder, ignore_errors=True)

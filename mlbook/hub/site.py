@@ -1,0 +1,255 @@
+"""A JupyterHub for the course: its configuration, the people's Jupyter profiles, start and stop.
+
+The hub is JupyterHub with configurable-http-proxy (``make setup`` installs both: the ``hub``
+extra and ``.venv/hub-proxy``), listening on 127.0.0.1 only. People log in with their system
+account's password (PAM) and each server is that account's own process (LocalProcessSpawner).
+
+- Staff (instructor and TAs, the ``staff_group``) get JupyterLab in the course folder, with
+  nbgrader's formgrader; its Autograde button answers with a message pointing to
+  ``mlbook autograde`` (``mlbook.hub.guard``): autograding in the formgrader would run student
+  code as the TA, unsandboxed, with in-kernel verdicts.
+- Students get JupyterLab in their home with nbgrader's Assignments tab; their nbgrader
+  config names the course and the exchange, and submits through ``ConfinedSubmit``.
+
+Every profile lives in the hub's state folder (``HubSite.folder``); nobody's ``~/.jupyter`` is
+written. Grading never runs in the hub: the grading account runs ``mlbook hub collect``,
+``mlbook autograde`` and ``mlbook hub feedback`` on the course folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mlbook.errors import MlbookError
+from mlbook.hub.exchange import Exchange
+
+START_TIMEOUT_S = 120
+PROXY = Path(sys.prefix) / "hub-proxy" / "node_modules" / ".bin" / "configurable-http-proxy"
+
+# JupyterLab settings for every profile: no news or update checks, no extension manager.
+LAB_SETTINGS = {
+    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false",
+                                                                         "checkForUpdates": False},
+    "@jupyterlab/extensionmanager-extension/plugin.jupyterlab-settings": {"enabled": False},
+}
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class HubSite:
+    """One course's hub.
+
+    Attributes:
+        folder: the hub's state (config, database, cookie secret, profiles, log); root's.
+        course_root: the course folder staff servers open (group ``staff_group``).
+        exchange: nbgrader's exchange of the course.
+        staff: instructor and TA accounts (in ``exchange.staff_group``); the first is the hub's admin.
+        students: student accounts.
+        port: the proxy's public port on 127.0.0.1.
+    """
+
+    folder: Path
+    course_root: Path
+    exchange: Exchange
+    staff: list[str]
+    students: list[str]
+    port: int = 0
+    hub_port: int = 0  # the hub's own API, for the proxy and the servers (kept across restarts:
+    proxy_api_port: int = 0  # servers left running by a crash find the restarted hub)
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/"
+
+    def profile(self, role: str) -> Path:
+        return self.folder / "profiles" / role
+
+
+USERS_PYTHON = Path("/usr/bin/python3.11")
+
+
+def users_python(folder: Path) -> Path:
+    """An interpreter every account can run, seeing this environment's packages; returns it.
+
+    The environment mlbook runs from may sit on a private interpreter (a pyenv build under
+    /root, 0700): the hub's accounts cannot execute it. This is a minimal virtual environment
+    on the system's Python 3.11 (``pyvenv.cfg`` beside a link to it) whose one ``.pth`` file
+    adds this environment's site-packages (and so its editable installs).
+    """
+    if not USERS_PYTHON.is_file():
+        raise MlbookError(f"no {USERS_PYTHON}: the hub's accounts need a system Python 3.11 (Debian's python3.11)")
+    prefix = folder / "python"
+    (prefix / "bin").mkdir(parents=True, exist_ok=True)
+    packages = prefix / "lib" / "python3.11" / "site-packages"
+    packages.mkdir(parents=True, exist_ok=True)
+    (prefix / "pyvenv.cfg").write_text(f"home = {USERS_PYTHON.parent}\ninclude-system-site-packages = false\n"
+                                       "version = 3.11\n")
+    python = prefix / "bin" / "python3.11"
+    if not python.is_symlink():
+        python.symlink_to(USERS_PYTHON)
+    for name in ("python", "python3"):
+        if not (prefix / "bin" / name).is_symlink():
+            (prefix / "bin" / name).symlink_to("python3.11")
+    ours = Path(sys.prefix) / "lib" / "python3.11" / "site-packages"
+    (packages / "mlbook-environment.pth").write_text(f"import site; site.addsitedir({str(ours)!r})\n")
+    for path in [prefix, *prefix.rglob("*")]:
+        if not path.is_symlink():
+            os.chmod(path, 0o755 if path.is_dir() else 0o644)
+    return python
+
+
+def write_site(site: HubSite) -> Path:
+    """Write the hub's config and the two Jupyter profiles; returns the config file."""
+    if not PROXY.is_file():
+        raise MlbookError(f"no configurable-http-proxy at {PROXY}: run `make setup`")
+    site.folder.mkdir(parents=True, exist_ok=True)
+    os.chmod(site.folder, 0o755)  # profiles are read by every account; secrets below are 0600
+    site.port = site.port or free_port()
+    site.hub_port = site.hub_port or free_port()
+    site.proxy_api_port = site.proxy_api_port or free_port()
+    for role in ("staff", "student"):
+        profile = site.profile(role)
+        (profile / "config").mkdir(parents=True, exist_ok=True)
+        for relative, values in LAB_SETTINGS.items():
+            path = profile / "settings" / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(values, indent=2))
+        server = ["c.LabApp.expose_app_in_browser = True", "c.LabApp.extension_manager = 'readonly'",
+                  f"c.LabApp.app_dir = {str(Path(sys.prefix) / 'share' / 'jupyter' / 'lab')!r}"]
+        if role == "staff":
+            server.append("c.ServerApp.jpserver_extensions = {'mlbook.hub.guard': True}")
+        else:  # no formgrader or assignment creation for students
+            server.append("c.ServerApp.jpserver_extensions = {'nbgrader.server_extensions.formgrader': False}")
+        for name in ("jupyter_server_config.py", "jupyter_lab_config.py"):
+            (profile / "config" / name).write_text("\n".join(server) + "\n")
+        (profile / "config" / "nbgrader_config.py").write_text(site.exchange.config_lines())
+        for path in [profile, *profile.rglob("*")]:
+            os.chmod(path, 0o755 if path.is_dir() else 0o644)
+    secret = site.folder / "cookie_secret"
+    if not secret.exists():
+        secret.write_text(secrets.token_hex(32))
+    os.chmod(secret, 0o600)
+    token_file = site.folder / "proxy_token"
+    if not token_file.exists():
+        token_file.write_text(secrets.token_hex(24))
+    os.chmod(token_file, 0o600)
+    proxy_token = token_file.read_text().strip()
+    hub_bin = Path(sys.executable).parent
+    python = users_python(site.folder)
+    env_common = {"PATH": f"{python.parent}:/usr/local/bin:/usr/bin:/bin",
+                  "JUPYTER_PATH": str(Path(sys.prefix) / "share" / "jupyter"), "OMP_NUM_THREADS": "1",
+                  "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **site.extra_env}
+    config = f"""# Written by mlbook.hub.site (the course's hub); edit HubSite, not this file.
+import os
+c = get_config()  # noqa: F821
+c.JupyterHub.ip = '127.0.0.1'
+c.JupyterHub.port = {site.port}
+c.JupyterHub.hub_ip = '127.0.0.1'
+c.JupyterHub.hub_port = {site.hub_port}
+c.ConfigurableHTTPProxy.api_url = 'http://127.0.0.1:{site.proxy_api_port}'
+c.ConfigurableHTTPProxy.command = [{str(PROXY)!r}]
+c.ConfigurableHTTPProxy.auth_token = {proxy_token!r}
+c.JupyterHub.db_url = 'sqlite:///' + {str(site.folder / 'jupyterhub.sqlite')!r}
+c.JupyterHub.cookie_secret_file = {str(secret)!r}
+c.JupyterHub.pid_file = {str(site.folder / 'jupyterhub.pid')!r}
+c.JupyterHub.cleanup_servers = True
+c.Authenticator.allowed_users = {set(site.staff + site.students)!r}
+c.Authenticator.admin_users = {{{site.staff[0]!r}}}
+c.JupyterHub.load_groups = {{'formgrade-{site.exchange.course_id}': {site.staff!r},
+                            'nbgrader-{site.exchange.course_id}': {site.students!r}}}
+c.Spawner.cmd = [{str(python)!r}, '-m', 'jupyterhub.singleuser']
+c.Spawner.default_url = '/lab'
+c.Spawner.start_timeout = 300
+c.Spawner.http_timeout = 300
+c.Spawner.ip = '127.0.0.1'
+STAFF = {set(site.staff)!r}
+COMMON = {env_common!r}
+
+
+def pre_spawn(spawner):
+    role = 'staff' if spawner.user.name in STAFF else 'student'
+    profile = os.path.join({str(site.folder / 'profiles')!r}, role)
+    spawner.environment.update(COMMON)
+    spawner.environment['JUPYTER_CONFIG_PATH'] = os.path.join(profile, 'config') + ':' + {str(Path(sys.prefix) / 'etc' / 'jupyter')!r}
+    spawner.environment['JUPYTERLAB_SETTINGS_DIR'] = os.path.join(profile, 'settings')
+    spawner.notebook_dir = {str(site.course_root)!r} if role == 'staff' else '~'
+
+
+c.Spawner.pre_spawn_hook = pre_spawn
+"""
+    path = site.folder / "jupyterhub_config.py"
+    path.write_text(config)
+    os.chmod(path, 0o600)
+    return path
+
+
+@dataclass
+class RunningHub:
+    """A started hub (the leader of its own process group: proxy and user servers included)."""
+
+    site: HubSite
+    process: subprocess.Popen
+    log: Path
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+    def stop(self, kill: bool = False) -> None:
+        """Stop the hub: SIGTERM (it stops the user servers and the proxy), or SIGKILL of the
+        hub process alone (``kill``: a crash; the proxy and servers are left running)."""
+        if self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+        try:
+            self.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=10)
+
+
+def start_hub(site: HubSite, timeout_s: float = START_TIMEOUT_S) -> RunningHub:
+    """Start the hub of ``site`` (as root) and wait until it answers on its public URL."""
+    if os.geteuid() != 0:
+        raise MlbookError("the hub spawns each person's server as their own account: run it as root")
+    config = write_site(site)
+    log = site.folder / "jupyterhub.log"
+    with open(log, "ab") as handle:
+        process = subprocess.Popen([str(Path(sys.executable).parent / "jupyterhub"), "-f", str(config)],
+                                   cwd=site.folder, stdout=handle, stderr=subprocess.STDOUT,
+                                   stdin=subprocess.DEVNULL, start_new_session=True)
+    hub = RunningHub(site, process, log)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise MlbookError(f"jupyterhub exited with code {process.returncode}; its log ends:\n{hub.log_tail()}")
+        try:
+            with urllib.request.urlopen(site.url + "hub/api", timeout=10) as reply:
+                if reply.status == 200:
+                    return hub
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        time.sleep(0.5)
+    hub.stop()
+    raise MlbookError(f"jupyterhub did not answer on {site.url} within {timeout_s:.0f} s; its log ends:\n{hub.log_tail()}")
+
+
+def remove_site(site: HubSite) -> None:
+    shutil.rmtree(site.folder, ignore_errors=True)

@@ -1,0 +1,214 @@
+"""The course's loop on a real JupyterHub, in Chromium: release, fetch, submit, collect, grade, feedback.
+
+The tests of this module run in order and build on each other (one class, one lab):
+1. the instructor sees the formgrader; the grading account releases lab 1 to the exchange;
+2. student A fetches it in the Assignments tab, pastes the reference answers, validates, submits;
+   student B submits a misconception mutant, then the reference (the later attempt wins);
+3. the grading account collects and runs ``mlbook autograde`` (sandboxed);
+4. the TA presses the formgrader's Autograde button: it runs nothing and points to ``mlbook autograde``;
+5. feedback is written and released; A and B fetch theirs in the browser and see their own
+   score and messages, no hidden test, nobody else's work.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from nbgrader.api import Gradebook
+
+from conftest import LAB, mlbook
+from hubpage import (ACTION_TIMEOUT_MS, error_dialog, snap, LIST, api_json, log_in, open_assignments, press_in_row, rows, save,
+                     server_url, wait_listed)
+from labpage import NotebookPage
+from mlbook.authoring.catalogue import load_catalogue
+from mlbook.authoring.notebooks import read_nb, reference_answers
+
+DOCS_IMG = Path(__file__).resolve().parents[2] / "docs" / "img"
+NOTEBOOK = f"{LAB}/{LAB}.ipynb"  # where the Assignments tab's fetch puts it, relative to the home
+
+
+@pytest.fixture(scope="module")
+def pages(chromium, hub, site, people):
+    """One logged-in page per person, opened when first asked for; closed at the end."""
+    opened = {}
+
+    def page_of(person):
+        if person.name not in opened:
+            opened[person.name] = log_in(chromium, site.url, person, hub_log=lambda: hub['hub'].log_tail(60))
+        return opened[person.name]
+
+    yield page_of
+    for page in opened.values():
+        page.context.close()
+
+
+def answers(course, replace=None) -> dict[str, str]:
+    found = reference_answers(read_nb(course.source(LAB)))
+    found.update(replace or {})
+    return found
+
+
+def fill_and_save(page, filled: dict[str, str]) -> NotebookPage:
+    """Open the fetched notebook (File > Open from Path) and paste each answer into its cell."""
+    from labpage import open_notebook
+
+    notebook = open_notebook(page, NOTEBOOK)
+    for cell in notebook.cells():
+        if cell.solution and cell.grade_id in filled:
+            notebook.paste_into(cell.index, filled[cell.grade_id])
+    save(page, NOTEBOOK)
+    return notebook
+
+
+def close_all(page) -> None:
+    page.evaluate("""() => { for (const w of Array.from(window.jupyterapp.shell.widgets('main'))) {
+        if (w.context) w.context.model.dirty = false; w.dispose(); } }""")
+
+
+def fetch(page, site, person, exchange, shots, label: str) -> None:
+    open_assignments(page)
+    wait_listed(page, "released", LAB, site.url, person, exchange.root)
+    snap(page, shots, f"{label}-released")
+    press_in_row(page, "released", LAB, "Fetch")
+    wait_listed(page, "fetched", LAB, site.url, person, exchange.root)
+    assert (person.home / NOTEBOOK).is_file(), f"the tab says fetched, but {person.home / NOTEBOOK} is not there"
+
+
+def submit(page, site, person, exchange, attempts: int) -> list[str]:
+    open_assignments(page)
+    wait_listed(page, "fetched", LAB, site.url, person, exchange.root)
+    press_in_row(page, "fetched", LAB, "Submit")
+    return wait_listed(page, "submitted", LAB, site.url, person, exchange.root, count=1,
+                       timeout_s=ACTION_TIMEOUT_MS / 1000)
+
+
+def attempts_in_exchange(exchange, person) -> list[Path]:
+    return sorted((exchange.course / "inbound").glob(f"{person.name}+{LAB}+*"))
+
+
+def test_01_release(pages, people, course, exchange, shots):
+    """The instructor's JupyterLab opens on the course with the formgrader; release puts lab 1 in outbound."""
+    page = pages(people.instructor)
+    snap(page, shots, "instructor-lab")
+    out = mlbook(course, "hub", "release", LAB)
+    assert "released to" in out, out
+    released = exchange.course / "outbound" / LAB / f"{LAB}.ipynb"
+    assert released.is_file(), out
+    assert released.read_bytes() == course.release(LAB).read_bytes()
+    assert not re.search(r"BEGIN (SOLUTION|HIDDEN)", released.read_text())
+
+
+def test_02_student_a_fetches_fills_validates_submits(pages, people, site, course, exchange, shots):
+    a = people.students["A"]
+    page = pages(a)
+    fetch(page, site, a, exchange, shots, "a")
+    snap(page, shots, "a-fetched")
+    shutil.copyfile(shots.folder / f"{shots.count:02d}-a-fetched.png", DOCS_IMG / "hub-assignments.png")
+    notebook = fill_and_save(page, answers(course))
+    check = notebook.validate(shots, "a-validated")
+    assert check.success, f"the reference answers did not validate in A's server: {check.text[:2000]}"
+    close_all(page)
+    submitted = submit(page, site, a, exchange, 1)
+    snap(page, shots, "a-submitted")
+    assert len(attempts_in_exchange(exchange, a)) == 1, submitted
+
+
+def test_03_student_b_resubmits(pages, people, site, course, exchange, shots):
+    """B submits a misconception mutant, then the reference: the later attempt is the one graded."""
+    b = people.students["B"]
+    page = pages(b)
+    fetch(page, site, b, exchange, shots, "b")
+    mutant = next(m for m in load_catalogue(LAB).mutants if m.demo)
+    fill_and_save(page, answers(course, mutant.cells))
+    close_all(page)
+    submit(page, site, b, exchange, 1)
+    snap(page, shots, "b-first-attempt")
+    fill_and_save(page, answers(course))
+    close_all(page)
+    open_assignments(page)
+    press_in_row(page, "fetched", LAB, "Submit")
+    deadline = time.monotonic() + ACTION_TIMEOUT_MS / 1000  # the tab lists both attempts in one row
+    while len(attempts_in_exchange(exchange, b)) < 2:
+        assert time.monotonic() < deadline, f"B's second attempt never reached the exchange: {error_dialog(page)}"
+        page.wait_for_timeout(500)
+    wait_listed(page, "submitted", LAB, site.url, b, exchange.root)
+    snap(page, shots, "b-second-attempt")
+    assert len(attempts_in_exchange(exchange, b)) == 2
+
+
+def test_04_collect_and_autograde(people, course, exchange):
+    out = mlbook(course, "hub", "collect", LAB)
+    a, b = people.students["A"].name, people.students["B"].name
+    assert f"collected 2 new attempt(s)" in out and a in out and b in out, out
+    newest_b = attempts_in_exchange(exchange, people.students["B"])[-1]
+    assert (course.submitted(b, LAB) / "timestamp.txt").read_text() == (newest_b / "timestamp.txt").read_text()
+    again = mlbook(course, "hub", "collect", LAB)
+    assert "collected 0 new attempt(s)" in again and "2 unchanged" in again, again
+    graded = mlbook(course, "autograde", LAB, "--quiet")
+    assert "errors 0" in graded, graded
+    with Gradebook(course.db_url) as gb:
+        for student in (a, b):
+            sub = gb.find_submission(LAB, student)
+            assert sub.code_score == sub.max_code_score > 0, (student, sub.code_score, sub.max_code_score)
+
+
+def test_05_formgrader_autograde_button_runs_nothing(pages, people, site, course, shots):
+    """The formgrader's Autograde request, sent from the TA's logged-in browser session, runs
+    nothing and answers with the pointer to ``mlbook autograde`` (the formgrader shows that
+    answer as the button's error)."""
+    page = pages(people.ta)
+    a = people.students["A"].name
+    before = sorted(p.relative_to(course.root).as_posix() for p in (course.root / "autograded").rglob("*"))
+    reply = page.request.post(server_url(site.url, people.ta) + f"formgrader/api/submission/{LAB}/{a}/autograde",
+                              headers={"X-XSRFToken": xsrf(page)})
+    assert reply.ok, reply.status
+    said = reply.json()
+    assert said["success"] is False and "mlbook autograde" in said["error"], said
+    from labpage import menu
+
+    menu(page, "Nbgrader", "Formgrader")  # the TA's formgrader opens on the course
+    page.locator("#formgrader iframe").wait_for(timeout=120_000)
+    snap(page, shots, "ta-formgrader")
+    after = sorted(p.relative_to(course.root).as_posix() for p in (course.root / "autograded").rglob("*"))
+    assert after == before, "the Autograde button changed autograded/"
+
+
+def xsrf(page) -> str:
+    return next((c["value"] for c in page.context.cookies() if c["name"] == "_xsrf"), "")
+
+
+def test_06_feedback_fetched_in_browser(pages, people, site, course, exchange, shots):
+    out = mlbook(course, "hub", "feedback", LAB)
+    assert "2 released" in out, out
+    with Gradebook(course.db_url) as gb:
+        scores = {s: gb.find_submission(LAB, s).score for s in (people.students["A"].name, people.students["B"].name)}
+    for key in ("A", "B"):
+        person = people.students[key]
+        page = pages(person)
+        close_all(page)
+        open_assignments(page)
+        wait_listed(page, "submitted", r"feedback available to fetch|Fetch Feedback", site.url, person, exchange.root)
+        press_in_row(page, "submitted", LAB, "Fetch Feedback")
+        wait_listed(page, "submitted", r"view feedback", site.url, person, exchange.root)
+        snap(page, shots, f"{key.lower()}-feedback-listed")
+        pages_found = sorted((person.home / LAB / "feedback").rglob(f"{LAB}.html"))
+        assert pages_found, f"no feedback page under {person.home / LAB / 'feedback'}"
+        relative = pages_found[-1].relative_to(person.home).as_posix()
+        view = page.context.new_page()
+        view.goto(server_url(site.url, person) + "files/" + relative)
+        view.wait_for_load_state("load")
+        text = view.locator("body").inner_text()
+        shots.take(view, f"{key.lower()}-feedback-page")
+        if key == "A":
+            shutil.copyfile(shots.folder / f"{shots.count:02d}-a-feedback-page.png", DOCS_IMG / "hub-feedback.png")
+        view.close()
+        total = re.search(r"Score:\s*([\d.]+)\s*/\s*([\d.]+)", text)
+        assert total, text[:1000]
+        assert float(total.group(1)) == pytest.approx(scores[person.name]), (person.name, total.group(0))
+        assert "BEGIN HIDDEN" not in text and "END HIDDEN" not in text
+        others = [p.name for p in people.students.values() if p.name != person.name]
+        assert not any(o in text for o in others), f"{person.name}'s feedback names another student"
