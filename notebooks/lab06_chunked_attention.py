@@ -35,8 +35,10 @@
 #
 # **Time.** About 2.5 hours: 10 minutes for sections 1–2, 45 for sections 3–4, 30 for section 5,
 # 10 for section 6, 25 for section 7 (the KV cache), 15 for section 8 (grouped-query attention)
-# and 15 for the written answer. Section 10, an extension without points (chunked attention
-# timed against PyTorch's fused kernel), takes about 10 minutes more.
+# and 15 for the written answer. Sections 10 and 11 are extensions without points, about 10
+# minutes each: chunked attention timed against PyTorch's fused kernel; and memory traffic
+# (this CPU's bandwidth, its FLOP rate, arithmetic intensity), a fused softmax measured, and a
+# table of which attention to use when.
 #
 # **Grading.** Cells marked with points are graded. Visible tests run as you go; hidden tests
 # run when your notebook is graded, on fresh random inputs: other lengths (not multiples of the
@@ -821,12 +823,15 @@ hidden.check_greedy_decoding(decode_step)
 # thread), each after a warm-up run, the fastest of 7 runs (3 without the cache at the two largest
 # lengths), at T = 64 … 1,024, and prints the growth from one length to the next and over the whole
 # range. It takes a few seconds. Over the 16-fold range of T, expect the time without the cache to
-# grow by much more than 16× (towards the 256× of T², once the attention outweighs the
-# projections) and the time with the cache by much less than 16×. One ratio between neighbouring
-# lengths is noisier than the whole range on a shared machine. On the machine this lab was checked
-# on (2 cores, with other work running), the cached step took 0.1–0.2 ms at every length and the
-# uncached one from about 0.5 ms at T = 64 to about 60 ms at T = 1,024; your CPU and its load
-# set your numbers. Read yours.
+# grow by far more than 16× (towards the 256× of T², once the attention outweighs the
+# projections), and the time with the cache by about 16× at most: copying the growing cache is
+# linear in T, and while the fixed cost of a few torch calls dominates it grows much less. What
+# stays true on any machine is the gap between the two growth factors, and the gap between the
+# two times at the largest T. One ratio between neighbouring lengths is noisier than the whole
+# range on a shared machine. On the machine this lab was checked on (2 cores, with other work
+# running), two runs gave 0.06–0.2 ms per cached token at T = 64 … 256 and 0.2–1 ms at T = 1,024,
+# and 0.4–0.5 ms per uncached token at T = 64 against 60–100 ms at T = 1,024; your CPU and its
+# load set your numbers. Read yours.
 
 # %% nbgrader={"grade_id": "decode_timing", "locked": true}
 D_MODEL_T, H_T = 256, 4
@@ -1055,13 +1060,13 @@ for name, n_kv in [("MHA, G = 64", 64), ("GQA, G = 8 (as released)", 8), ("MQA, 
 # about 68x, and it doubles with every further doubling of T (176x at 8,192). The chapter's
 # B = 8, H = 32, T = 4,096 layer would need 8.6 GB in bf16 for one copy of the full matrix.
 # (b) Without the cache every step recomputes q, k, v for all T tokens and the whole T x T causal
-# attention, so its time per token grew faster and faster: from x1.3 to x3.4 per doubling of T on
-# the machine this was checked on, 39 ms at T = 1,024 (one layer, d_model = 256, one thread),
-# approaching the x4 of T^2 work as the attention comes to dominate the T d_model^2 projections.
-# With the cache a step projects one token and scores one query against T cached keys (T d_model
-# work plus copying the cache), so it grew at most about 2x per doubling and stayed under
-# 0.2 ms, nearly flat while the fixed cost of a few torch calls dominates: about 200x faster at
-# T = 1,024, with exactly the same logits. The price is memory: 2 n_layers n_kv_heads d_head
+# attention, so its time per token grew by about x256 from T = 64 to 1,024 on the machine this was
+# checked on (0.4 ms to 64-98 ms, one layer, d_model = 256, one thread), about x4 per doubling once
+# the T^2 d_model attention outweighs the T d_model^2 projections. With the cache a step projects
+# one token and scores one query against T cached keys (T d_model work, plus copying the cache,
+# which torch.cat does at every step), so its time grew by x17 at most over the same range (0.06
+# to 1 ms, nearly flat at first while the fixed cost of a few torch calls dominates): about
+# 100x faster at T = 1,024, with exactly the same logits. The price is memory: 2 n_layers n_kv_heads d_head
 # entries per token, 2,048 bytes for the float32 timing layer (measured and by the formula),
 # 512 KiB for Llama-2-7B in 16 bits (2 GiB per 4,096-token sequence). Llama-2-70B's 8 kv heads
 # for 64 query heads cut its cache 8x, from 2.5 MiB to 320 KiB per token (10.7 GB to 1.34 GB per
@@ -1145,3 +1150,82 @@ expect(fastest_chunk == min(chunk_times, key=chunk_times.get), "fastest_chunk", 
        "Take the chunk size with the smallest measured time in chunk_times.")
 expect(abs(slowdown_vs_sdpa - chunk_times[fastest_chunk] / sdpa_time) < 1e-6 * slowdown_vs_sdpa,
        "slowdown_vs_sdpa", f"{slowdown_vs_sdpa:.3g}", "Divide the fastest chunked time by SDPA's time.")
+
+# %% [markdown]
+# ## 11. Extension (ungraded): memory traffic, fusion, and which attention to use
+#
+# No points here either. Why does it pay to avoid the T × T matrix even when the arithmetic stays
+# the same? Because moving bytes between main memory and the processor is often slower than the
+# arithmetic done on them. A GPU has a few tens of GB of high-bandwidth memory (HBM, on the order
+# of 1–3 TB/s) and a few tens of MB of on-chip SRAM that is several times faster; a CPU has its
+# DRAM and its caches (L1, L2, L3). FlashAttention's point is to keep each tile in the fast
+# memory and write only the output and the log-sum-exp back to the slow one.
+#
+# A kernel's **arithmetic intensity** is its FLOPs per byte moved to and from main memory. A
+# machine's **ridge point** is its peak FLOP/s divided by its memory bandwidth: below it a kernel
+# is memory-bound (faster memory traffic would speed it up, faster arithmetic would not), above
+# it compute-bound. The cell measures both numbers of this CPU on one thread (the bandwidth from
+# copying 64 MiB into a buffer allocated beforehand, the arithmetic from a 512 × 512 matrix product) and computes the
+# intensity of each pass of naive attention at T = 2,048, d = 64, float32.
+
+# %% nbgrader={"grade_id": "io_awareness", "locked": true}
+x_big = torch.randn(16 * 2**20)  # (16 Mi,) float32: 64 MiB, more than a typical CPU's caches
+x_dst = torch.empty_like(x_big)  # allocated (and touched) once, so the copy times memory traffic, not page faults
+copy_seconds = best_time(x_dst.copy_, x_big, repeat=5, warmup=1)
+bandwidth = 2 * x_big.numel() * 4 / copy_seconds  # bytes read + bytes written per second
+a_mm = torch.randn(512, 512)  # (512, 512)
+flop_rate = 2 * 512**3 / best_time(torch.mm, a_mm, a_mm, repeat=5, warmup=1)  # FLOP/s
+ridge = flop_rate / bandwidth
+print(f"this CPU, one thread: {bandwidth / 1e9:.1f} GB/s copying, {flop_rate / 1e9:.1f} GFLOP/s in a matmul: "
+      f"ridge point {ridge:.1f} FLOP/byte")
+T_io, d_io = 2048, 64
+passes = {  # (FLOPs, bytes moved to and from main memory), float32
+    "S = Q K^T / sqrt(d)": (2 * T_io**2 * d_io, 4 * (2 * T_io * d_io + T_io**2)),
+    "A = softmax(S)": (5 * T_io**2, 4 * 2 * T_io**2),  # max, subtract, exp, sum, divide; read S, write A
+    "Y = A V": (2 * T_io**2 * d_io, 4 * (T_io**2 + 2 * T_io * d_io)),
+}
+for name, (flop, moved) in passes.items():
+    side = "memory-bound" if flop / moved < ridge else "compute-bound"
+    print(f"{name:20s}: {flop / moved:5.1f} FLOP/byte -> {side} here")
+
+# %% [markdown]
+# By its FLOP count the softmax pass is far below the ridge point of any current machine: on a GPU
+# it is memory traffic. On one CPU thread an exp costs the time of many FLOPs, so compare the fused
+# softmax's time with the time of reading and writing the matrix once at the bandwidth you
+# measured (both are printed below): the gap is the exp arithmetic. Written as separate operations
+# (a max, a subtraction, an exp, a sum, a division), each operation is its own kernel that reads
+# the whole T × T matrix again and most write a new one; PyTorch's `torch.softmax` is one
+# **fused** kernel that reads it and writes the result. The cell times both on a
+# 2,048 × 2,048 float32 matrix (16 MiB). FlashAttention fuses further: the matmuls, the mask, the
+# softmax and the weighting of the values in one kernel per tile, so S and A never reach main
+# memory at all. Your ratio is printed: above 1, the fused kernel saved memory passes; near 1 or
+# below, this CPU's caches or its kernels hid the difference (then say so, with your numbers).
+
+# %% nbgrader={"grade_id": "fusion_measured", "locked": true}
+S_io = torch.randn(T_io, T_io)  # (T, T) float32 scores
+
+
+def softmax_unfused(s):
+    """Softmax as five separate passes over the (T, T) matrix."""
+    row_max = s.max(dim=-1, keepdim=True).values  # (T, 1)
+    e = torch.exp(s - row_max)  # (T, T): a subtraction pass, then an exp pass
+    return e / e.sum(dim=-1, keepdim=True)  # (T, T): a sum pass, then a division pass
+
+
+fused_seconds = best_time(torch.softmax, S_io, -1, repeat=5, warmup=1)
+unfused_seconds = best_time(softmax_unfused, S_io, repeat=5, warmup=1)
+print(f"softmax of a {T_io} x {T_io} float32 matrix: fused {fused_seconds * 1e3:.1f} ms, five separate passes "
+      f"{unfused_seconds * 1e3:.1f} ms (x{unfused_seconds / fused_seconds:.2f})")
+print(f"reading and writing the matrix once at the copy's {bandwidth / 1e9:.1f} GB/s would take "
+      f"{2 * S_io.numel() * 4 / bandwidth * 1e3:.1f} ms (both softmaxes also allocate their results, which costs time too)")
+
+# %% [markdown]
+# **Which attention, when.** A summary of this lab and the chapter's table:
+#
+# | situation | choice | why |
+# |---|---|---|
+# | learning, an interview, debugging a mask | explicit attention (`naive_attention`) | every shape and the mask are visible |
+# | training or a prompt's prefill, T up to a few thousand | `F.scaled_dot_product_attention` | exact, fused, dispatches to the best kernel of the device; no code to maintain |
+# | long T, where the T × T matrix no longer fits | FlashAttention (SDPA's flash backend on a GPU), or tiles as in section 4 | exact, memory O(T) instead of O(T²), and fewer trips to main memory |
+# | generating tokens one at a time | decoding with a KV cache (section 7), with grouped-query or multi-query heads (section 8) | per-token work O(T) instead of O(T²); then the cache, not the matrix, is the memory, and GQA shrinks it by H / G |
+# | T in the hundreds of thousands | sparse, sliding-window or linear attention | exact attention stays quadratic in compute; these change what is computed (an approximation, or a different model) |
