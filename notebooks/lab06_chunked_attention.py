@@ -14,7 +14,9 @@
 # FlashAttention (Dao et al., 2022) computes **exactly the same output** while never holding
 # more than a small tile of S. Its core is an old trick, the *online softmax*, and it fits in a
 # page of Python. In this lab you build it, check it against PyTorch, derive its backward pass
-# and then **measure** what it saves on this CPU.
+# and then **measure** what it saves on this CPU. Then the other half of attention's memory
+# story, generation: the key-value cache that makes decoding one token cheap, and the grouped
+# key/value heads that make that cache small.
 #
 # You will:
 # 1. size the full attention matrix for the chapter's configurations;
@@ -24,19 +26,32 @@
 #    tolerance against `torch.nn.functional.scaled_dot_product_attention`;
 # 4. write the backward pass from the saved log-sum-exp (T numbers, not T²) and check it
 #    against autograd;
-# 5. measure peak memory and time of naive, chunked and PyTorch's fused attention.
+# 5. measure the peak memory of naive and chunked attention;
+# 6. write decoding with a KV cache (the cache, the step with its offset causal mask), check that it
+#    gives exactly the full causal pass at every step, measure its time per token against
+#    decoding without a cache, and count its bytes;
+# 7. write grouped-query attention (and so multi-query attention), check it against PyTorch, and
+#    size the cache of Llama-2-70B with and without grouping.
+#
+# **Time.** About 2.5 hours: 10 minutes for sections 1–2, 45 for sections 3–4, 30 for section 5,
+# 10 for section 6, 25 for section 7 (the KV cache), 15 for section 8 (grouped-query attention)
+# and 15 for the written answer. Sections 10 and 11 are extensions without points, about 10
+# minutes each: chunked attention timed against PyTorch's fused kernel; and memory traffic
+# (this CPU's bandwidth, its FLOP rate, arithmetic intensity), a fused softmax measured, and a
+# table of which attention to use when.
 #
 # **Grading.** Cells marked with points are graded. Visible tests run as you go; hidden tests
 # run when your notebook is graded, on fresh random inputs: other lengths (not multiples of the
 # chunk size), chunk sizes 1 and ≥ T, very large scores, causal and not, float32 and float64,
 # and a memory check, measured from outside your kernel, that fails any version whose memory grows
-# like a T × T matrix (or, in `chunked_attention`, like a T × chunk_size one). A failing test names
-# the likely misconception. The written answer at the end is graded by a TA.
+# like a T × T matrix (or, in `chunked_attention`, like a T × chunk_size one); for decoding, caches
+# of fresh lengths and greedy decoding with a model of fresh weights. A failing test names the
+# likely misconception. The written answer in section 9 is graded by a TA.
 
 # %% [markdown]
 # ## Setup
 # Run this cell first. PyTorch and NumPy run on **one thread** in this lab, so that the timings
-# in section 7 are repeatable on a shared machine.
+# in sections 7 and 10 are repeatable on a shared machine.
 
 # %% nbgrader={"grade_id": "setup", "locked": true}
 import os
@@ -53,6 +68,7 @@ import torch
 import torch.nn.functional as F
 
 from mlbook_helpers.checks import as_array, expect, expect_close, expect_finite, expect_shape
+from mlbook_helpers.decoding import empty_cache
 from mlbook_helpers.examples import chapter_qkv
 from mlbook_helpers.measure import best_time, format_bytes, peak_memory
 from mlbook_helpers.plotting import attention_heatmap, curves
@@ -605,7 +621,475 @@ expect(chunked_peaks[-1] < one_matrix / 4, "chunked peak at T = 4,096",
        "in any dtype: does it build a T x T matrix (or T x chunk_size tiles) somewhere?")
 
 # %% [markdown]
-# ## 7. Measuring time
+# ## 7. Decoding with a KV cache
+#
+# A decoder generates one token at a time: it runs the model on the sequence so far, takes the
+# last row of logits, picks the next token, and starts again. Run naively, step t recomputes the
+# queries, keys and values of all t tokens and the whole t × t causal attention, to use one new
+# row of it. But under the causal mask, token j's key and value depend only on tokens 0 … j: they
+# are **the same at every later step**. So a decoder keeps them, the **KV cache**: one pair of
+# tensors (K, V) per layer, which grows by one row per head each time a token is fed, and each
+# step computes q, k, v for the new token(s) only and attends from them to everything cached.
+#
+# Shapes in this section are batched over heads, as in lab 3: `q_new` is (B, H, T_new, d_k), the
+# cache is the pair `(K, V)` of (B, H, T_cache, d_k) and (B, H, T_cache, d_v) tensors, and a cache
+# holding no tokens yet has T_cache = 0 (`empty_cache(B, H, d_k, d_v)` from
+# `mlbook_helpers.decoding` makes one).
+#
+# First the cache itself: `kv_cache_append` returns the cache with the new keys and values
+# **appended after** the cached ones, along the time axis (dim −2), so that row t of K is still
+# token t's key.
+
+# %% nbgrader={"grade_id": "kv_cache_append", "solution": true}
+def kv_cache_append(cache, k_new, v_new):
+    """The cache grown by T_new tokens.
+
+    Args:
+        cache: (K, V), K (B, H, T_cache, d_k) and V (B, H, T_cache, d_v); T_cache may be 0.
+        k_new: (B, H, T_new, d_k) keys of the new tokens. v_new: (B, H, T_new, d_v) their values.
+
+    Returns:
+        (K, V) of shapes (B, H, T_cache + T_new, d_k) and (B, H, T_cache + T_new, d_v), the cached
+        tokens first, then the new ones in order.
+    """
+    ### BEGIN SOLUTION
+    K, V = cache
+    return torch.cat([K, k_new], dim=-2), torch.cat([V, v_new], dim=-2)  # (B, H, T_cache + T_new, d_k), (..., d_v)
+    ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_kv_cache_append", "points": 1}
+k0, v0 = torch.randn(1, 2, 1, 4, dtype=torch.float64), torch.randn(1, 2, 1, 3, dtype=torch.float64)  # token 0
+cache = kv_cache_append(empty_cache(1, 2, 4, 3), k0, v0)
+expect(len(cache) == 2, "kv_cache_append(empty cache, one token)", f"returned {len(cache)} values", "Return the pair (K, V).")
+expect_shape(cache[0], (1, 2, 1, 4), "K after one token", "Append along the time axis, dim -2: (B, H, T, d_k).")
+expect_shape(cache[1], (1, 2, 1, 3), "V after one token", "V keeps its own width d_v: (B, H, T, d_v).")
+k12, v12 = torch.randn(1, 2, 2, 4, dtype=torch.float64), torch.randn(1, 2, 2, 3, dtype=torch.float64)  # tokens 1, 2
+K, V = kv_cache_append(cache, k12, v12)
+expect_shape(K, (1, 2, 3, 4), "K after three tokens", "The time axis grows: T_cache + T_new rows per head.")
+expect_close(K, torch.cat([k0, k12], dim=2), "K after three tokens, row by row",
+             hint="The cached keys come first and the new ones after them, in order (append, do not prepend).")
+expect_close(V, torch.cat([v0, v12], dim=2), "V after three tokens, row by row",
+             hint="Append the new values after the cached ones, like the keys.")
+
+# %% nbgrader={"grade": true, "grade_id": "test_kv_cache_append_hidden", "points": 1}
+# Hidden tests: other batch sizes, head counts and widths, empty and long caches, float32 and float64.
+### BEGIN HIDDEN TESTS
+from mlbook.labs.lab06_chunked_attention import hidden
+hidden.check_kv_cache_append(kv_cache_append)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# Now the step. `decode_step` receives the new tokens' queries, keys and values and the cache,
+# and returns their attention outputs and the grown cache:
+#
+# 1. append `k_new`, `v_new` to the cache with `kv_cache_append` **first**: a new token reads
+#    its own key too;
+# 2. score the new queries against all T_total = T_cache + T_new cached keys, scaled by 1/√d_k:
+#    (B, H, T_new, T_total);
+# 3. mask them with the rule of lab 3's `causal_mask_with_cache(T_new, T_total)`: the new queries
+#    are the **last** T_new positions, so query i sits at absolute position T_total − T_new + i and
+#    may read keys 0 … T_total − T_new + i. With one new token that allows every key; when a whole
+#    prompt goes through at once (T_cache = 0) it is the ordinary causal mask; with several new
+#    tokens after a cache it is neither. Write those two or three lines here (do not import lab 3's
+#    function: this notebook does not have it);
+# 4. softmax over the keys, and weight the cached values.
+#
+# The cache holds keys and values, never scores, weights or outputs: a score or a weight belongs
+# to one query, and every later query needs its own.
+
+# %% nbgrader={"grade_id": "decode_step", "solution": true}
+def decode_step(q_new, k_new, v_new, cache):
+    """One step of cached causal attention: the new tokens attend to every cached token and themselves.
+
+    Args:
+        q_new: (B, H, T_new, d_k) queries of the new tokens, the last T_new positions.
+        k_new: (B, H, T_new, d_k) their keys. v_new: (B, H, T_new, d_v) their values.
+        cache: (K, V) of the T_cache earlier tokens, (B, H, T_cache, d_k) and (B, H, T_cache, d_v).
+
+    Returns:
+        out: (B, H, T_new, d_v) attention outputs of the new tokens.
+        cache: (K, V) grown to T_total = T_cache + T_new tokens.
+    """
+    ### BEGIN SOLUTION
+    cache = kv_cache_append(cache, k_new, v_new)  # first: the new tokens read their own keys too
+    K, V = cache  # (B, H, T_total, d_k), (B, H, T_total, d_v)
+    T_new, T_total = q_new.shape[-2], K.shape[-2]
+    scores = q_new @ K.transpose(-2, -1) / math.sqrt(q_new.shape[-1])  # (B, H, T_new, T_total)
+    query_pos = torch.arange(T_total - T_new, T_total)[:, None]  # (T_new, 1): absolute positions of the new queries
+    key_pos = torch.arange(T_total)[None, :]  # (1, T_total)
+    scores = scores.masked_fill(key_pos > query_pos, -math.inf)  # (B, H, T_new, T_total)
+    out = torch.softmax(scores, dim=-1) @ V  # (B, H, T_new, d_v)
+    return out, cache
+    ### END SOLUTION
+
+# %% [markdown]
+# The tests compare each step with the full causal attention over all the tokens so far, of which
+# the step must give the last T_new rows: one token on an empty cache (its output is its own
+# value), one token after three cached ones, a whole prompt at once, and two new tokens after a
+# cache of three.
+
+# %% nbgrader={"grade": true, "grade_id": "test_decode_step", "points": 2}
+def full_causal(q, k, v):
+    """Causal attention over all T tokens at once: (B, H, T, d_v)."""
+    T = q.shape[-2]
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True) if T > 0 else q.new_zeros(*q.shape[:-1], v.shape[-1])
+
+
+g = torch.Generator().manual_seed(7)
+q, k, v = (torch.randn(2, 3, 6, 4, generator=g, dtype=torch.float64) for _ in range(3))  # (B, H, T, d)
+want = full_causal(q, k, v)  # (2, 3, 6, 4)
+out, cache = decode_step(q[:, :, :1], k[:, :, :1], v[:, :, :1], empty_cache(2, 3, 4, 4))
+expect_shape(out, (2, 3, 1, 4), "decode_step(one token, empty cache)", "One output row per new query: (B, H, T_new, d_v).")
+expect_close(out, v[:, :, :1], "decode_step(one token, empty cache)",
+             hint="The only key the first token can read is its own: append k_new, v_new to the cache before scoring.")
+expect_shape(cache[0], (2, 3, 1, 4), "the cache after the first token", "Return the grown cache (K, V).")
+out, cache = decode_step(q[:, :, 3:4], k[:, :, 3:4], v[:, :, 3:4], (k[:, :, :3], v[:, :, :3]))
+expect_close(out, want[:, :, 3:4], "decode_step(token 3, cache of tokens 0-2)",
+             hint="One new token is the LAST position, T_total - T_new: it reads every cached key and its own, so the mask "
+                  "must be offset by the cache length (lab 3's causal_mask_with_cache); is its own key appended first?")
+out, cache = decode_step(q, k, v, empty_cache(2, 3, 4, 4))
+expect_close(out, want, "decode_step(the whole prompt of 6 tokens, empty cache)",
+             hint="With no cache the new queries are positions 0..T-1: the mask is the ordinary causal mask (key j <= query i).")
+out, cache = decode_step(q[:, :, 3:5], k[:, :, 3:5], v[:, :, 3:5], (k[:, :, :3], v[:, :, :3]))
+expect_close(out, want[:, :, 3:5], "decode_step(tokens 3-4, cache of tokens 0-2)",
+             hint="The new queries are the LAST T_new positions: query i is at T_total - T_new + i (lab 3's "
+                  "causal_mask_with_cache), so the mask must be offset by the cache length, and token 3 must not read token 4.")
+expect_shape(cache[0], (2, 3, 5, 4), "the cache after tokens 3-4", "The cache grows by T_new: T_cache + T_new rows per head.")
+expect_close(cache[1], v[:, :, :5], "the cache's V after tokens 3-4",
+             hint="The cache holds every token's values, v_new appended after the cached ones, not the step's attention outputs.")
+
+# %% nbgrader={"grade": true, "grade_id": "test_decode_step_hidden", "points": 3}
+# Hidden tests: fresh batch sizes, heads, widths (d_k != d_v), cache lengths 0 to 40, one and
+# several new tokens, float32 and float64, and the cache returned.
+### BEGIN HIDDEN TESTS
+from mlbook.labs.lab06_chunked_attention import hidden
+hidden.check_decode_step(decode_step)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ### The check that matters: decoding with the cache changes nothing
+#
+# `TinyCausalLM` (in `mlbook_helpers.decoding`) is a two-layer causal language model in float64
+# with fixed random weights. `model.full_logits(tokens)` runs the full causal forward pass over a
+# whole sequence; `model.decode(prompt, n_new, step)` generates greedily with one cache per layer,
+# calling **your** `decode_step` for every layer's attention: the prompt in one call (T_new =
+# len(prompt)), then each generated token on its own (T_new = 1).
+#
+# A cache is an optimisation, so it must change nothing: after decoding, the full pass over the
+# same tokens must give the same logits at **every** position, to float64 rounding (1e-10), for
+# prompts of several lengths. (That also proves the generated tokens are the full model's greedy
+# choices: each is the argmax of a row that agrees.)
+
+# %% nbgrader={"grade": true, "grade_id": "test_greedy_decoding", "points": 2}
+from mlbook_helpers.decoding import TinyCausalLM
+
+lm = TinyCausalLM(seed=0)
+for prompt in ([3], [5, 1, 4, 1], [2, 7, 1, 8, 2, 8, 1, 8, 2]):
+    tokens, step_logits = lm.decode(prompt, 12, decode_step)
+    full = lm.full_logits(tokens[:-1])  # (T, vocab): every position that was fed
+    expect(len(tokens) == len(prompt) + 12, f"decode(prompt of {len(prompt)}, 12 new tokens)",
+           f"{len(tokens)} tokens", "decode_step must return (out, cache).")
+    cached = torch.cat(step_logits)  # (T, vocab), position by position as the steps produced them
+    for pos in range(cached.shape[0]):  # the prompt's rows, then one row per generated token
+        expect_close(cached[pos], full[pos], f"logits at position {pos} (prompt of {len(prompt)}), cached vs full pass",
+                     atol=1e-10, rtol=0,
+                     hint="Cached decoding must equal the full pass at every step: append k_new, v_new before scoring, "
+                          "offset the mask by the cache length, give a prompt's queries the causal mask among themselves, "
+                          "and cache keys and values, not attention outputs.")
+print("cached decoding = full causal pass, at every step, for prompts of 1, 4 and 9 tokens")
+
+# %% nbgrader={"grade": true, "grade_id": "test_greedy_decoding_hidden", "points": 2}
+# Hidden tests: a model with fresh weights and more heads, fresh prompts of several lengths, and
+# your decode_step's cache handed back to it at every step, compared with the full pass.
+### BEGIN HIDDEN TESTS
+from mlbook.labs.lab06_chunked_attention import hidden
+hidden.check_greedy_decoding(decode_step)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ### What the cache saves, and what it costs
+#
+# Per generated token, at sequence length T, for one layer of width d_model:
+#
+# * **without a cache**, the step recomputes q, k, v for all T tokens (T · d_model² work) and the
+#   whole T × T causal attention (T² · d_model): per-token time grows like **T²** once the
+#   attention dominates, and the whole generation like T³;
+# * **with a cache**, it projects one token (d_model²) and scores one query against T keys
+#   (T · d_model), plus copying the cache as it grows (`torch.cat` makes a new tensor): per-token
+#   time grows at most like **T**, and is nearly flat while the fixed cost of a dozen small torch
+#   calls dominates.
+#
+# The cell below measures both for one layer (d_model = 256, 4 heads of 64, float32, one
+# thread), each after a warm-up run, the fastest of 7 runs (3 without the cache at the two largest
+# lengths), at T = 64 … 1,024, and prints the growth from one length to the next and over the whole
+# range. It takes a few seconds. Over the 16-fold range of T, expect the time without the cache to
+# grow by far more than 16× (towards the 256× of T², once the attention outweighs the
+# projections), and the time with the cache by about 16× at most: copying the growing cache is
+# linear in T, and while the fixed cost of a few torch calls dominates it grows much less. What
+# stays true on any machine is the gap between the two growth factors, and the gap between the
+# two times at the largest T. One ratio between neighbouring lengths is noisier than the whole
+# range on a shared machine. On the machine this lab was checked on (2 cores, with other work
+# running), two runs gave 0.06–0.2 ms per cached token at T = 64 … 256 and 0.2–1 ms at T = 1,024,
+# and 0.4–0.5 ms per uncached token at T = 64 against 60–100 ms at T = 1,024; your CPU and its
+# load set your numbers. Read yours.
+
+# %% nbgrader={"grade_id": "decode_timing", "locked": true}
+D_MODEL_T, H_T = 256, 4
+D_HEAD_T = D_MODEL_T // H_T
+w_qkv = torch.randn(D_MODEL_T, 3 * D_MODEL_T) / math.sqrt(D_MODEL_T)  # (d_model, 3 d_model), float32
+
+
+def split_heads(x):
+    """(T, d_model) -> (1, H, T, d_head)."""
+    return x.reshape(x.shape[0], H_T, D_HEAD_T).transpose(0, 1)[None]
+
+
+def step_without_cache(x_all):
+    """Recompute q, k, v for all T tokens and the full causal attention; keep the last token's output."""
+    q, k, v = (split_heads(t) for t in (x_all @ w_qkv).split(D_MODEL_T, dim=-1))  # (1, H, T, d_head) each
+    scores = q @ k.transpose(-2, -1) / math.sqrt(D_HEAD_T)  # (1, H, T, T)
+    future = torch.ones(scores.shape[-2:], dtype=torch.bool).triu(1)  # (T, T)
+    return (torch.softmax(scores.masked_fill(future, -math.inf), dim=-1) @ v)[:, :, -1:]  # (1, H, 1, d_head)
+
+
+def step_with_cache(x_new, cache):
+    """Project the new token only and attend to the cache with your decode_step."""
+    q, k, v = (split_heads(t) for t in (x_new @ w_qkv).split(D_MODEL_T, dim=-1))  # (1, H, 1, d_head) each
+    return decode_step(q, k, v, cache)
+
+
+T_DECODE = [64, 128, 256, 512, 1024]
+x_seq = torch.randn(T_DECODE[-1], D_MODEL_T)  # (T_max, d_model) token inputs
+with_cache, without_cache = [], []
+for T in T_DECODE:
+    _, k_c, v_c = (split_heads(t).contiguous() for t in (x_seq[:T - 1] @ w_qkv).split(D_MODEL_T, dim=-1))  # cache: T - 1 tokens
+    with_cache.append(best_time(step_with_cache, x_seq[T - 1:T], (k_c, v_c), repeat=7, warmup=1))
+    without_cache.append(best_time(step_without_cache, x_seq[:T], repeat=7 if T < 512 else 3, warmup=1))
+for i, T in enumerate(T_DECODE):
+    growth = "" if i == 0 else (f"   x{with_cache[i] / with_cache[i - 1]:4.2f} and x{without_cache[i] / without_cache[i - 1]:4.2f} "
+                                f"since T = {T_DECODE[i - 1]}")
+    print(f"T={T:5d}: with the cache {with_cache[i] * 1e3:7.3f} ms/token   without {without_cache[i] * 1e3:8.3f} ms/token{growth}")
+span = T_DECODE[-1] // T_DECODE[0]
+print(f"from T = {T_DECODE[0]} to {T_DECODE[-1]} (x{span}): with the cache x{with_cache[-1] / with_cache[0]:.1f}, "
+      f"without x{without_cache[-1] / without_cache[0]:.0f} (T would give x{span}, T^2 x{span ** 2}); "
+      f"at T = {T_DECODE[-1]} the cached step is {without_cache[-1] / with_cache[-1]:.0f}x faster")
+t_ratio = np.array(T_DECODE) / T_DECODE[-1]
+ax = curves(T_DECODE, {"with the cache": np.array(with_cache) * 1e3, "without the cache": np.array(without_cache) * 1e3,
+                       "∝ T (through the last cached point)": with_cache[-1] * 1e3 * t_ratio,
+                       "∝ T² (through the last uncached point)": without_cache[-1] * 1e3 * t_ratio ** 2},
+            xlabel="T (tokens so far)", ylabel="time per token (ms)", title="One decoding step, one layer, one thread",
+            logx=True, logy=True)
+plt.show()
+
+# %% [markdown]
+# The price of the cache is memory. Per token it holds a key and a value for every kv head of
+# every layer: **2 · n_layers · n_kv_heads · d_head** entries (the 2 is K and V), and a batch of
+# B sequences of T tokens holds B · T times that. In this section n_kv_heads is the number of
+# heads; the next section makes it smaller. Write `kv_cache_bytes`, then run the cell after it:
+# it measures the bytes of the cache `decode_step` actually built above and compares.
+
+# %% nbgrader={"grade_id": "kv_cache_bytes", "solution": true}
+def kv_cache_bytes(n_layers, n_kv_heads, d_head, T, batch=1, bytes_per_entry=2):
+    """Bytes of the key-value cache of a decoder.
+
+    Args:
+        n_layers: layers, each with its own cache.
+        n_kv_heads: key/value heads per layer (the number of heads, for plain multi-head attention).
+        d_head: width of one head's keys (and of its values).
+        T: tokens cached per sequence.
+        batch: sequences.
+        bytes_per_entry: 2 for bf16/fp16, 4 for float32.
+
+    Returns:
+        The number of bytes, an int.
+    """
+    ### BEGIN SOLUTION
+    return int(2 * n_layers * n_kv_heads * d_head * T * batch * bytes_per_entry)  # K and V
+    ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_kv_cache_bytes", "points": 1}
+# Llama-2-7B: 32 layers, 32 heads of 128, no grouping: 2 GiB per sequence at 4,096 tokens in 16 bits.
+expect(kv_cache_bytes(32, 32, 128, 4096) == 2 * 2**30, "kv_cache_bytes(32, 32, 128, 4096), Llama-2-7B",
+       f"got {kv_cache_bytes(32, 32, 128, 4096):,}",
+       "2 tensors (K and V) x 32 layers x 32 heads x 128 x 4,096 tokens x 2 bytes = 2 GiB: did you count both K and V, "
+       "in every layer?")
+expect(kv_cache_bytes(1, 4, 64, 1, bytes_per_entry=4) == 2048, "one token of one float32 layer with 4 heads of 64",
+       f"got {kv_cache_bytes(1, 4, 64, 1, bytes_per_entry=4):,}", "2 x 4 x 64 entries of 4 bytes.")
+expect(kv_cache_bytes(32, 32, 128, 4096, batch=8) == 16 * 2**30, "Llama-2-7B, a batch of 8 sequences",
+       f"got {kv_cache_bytes(32, 32, 128, 4096, batch=8):,}", "Every sequence of the batch has its own cache.")
+
+# %% nbgrader={"grade": true, "grade_id": "test_kv_cache_bytes_hidden", "points": 1}
+# Hidden tests: other layer counts, heads, widths, lengths, batches and entry sizes.
+### BEGIN HIDDEN TESTS
+from mlbook.labs.lab06_chunked_attention import hidden
+hidden.check_kv_cache_bytes(kv_cache_bytes)
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade_id": "cache_bytes_measured", "locked": true}
+_, timing_cache = step_with_cache(x_seq[-1:], (k_c, v_c))  # the cache after T_max tokens, built by decode_step
+measured = sum(t.numel() * t.element_size() for t in timing_cache) / T_DECODE[-1]
+print(f"timing layer (1 layer, {H_T} heads of {D_HEAD_T}, float32): measured {measured:,.0f} bytes per token, "
+      f"formula {kv_cache_bytes(1, H_T, D_HEAD_T, 1, bytes_per_entry=4):,}")
+print(f"TinyCausalLM ({lm.n_layers} layers, {lm.n_heads} heads of {lm.d_head}, float64): "
+      f"{kv_cache_bytes(lm.n_layers, lm.n_heads, lm.d_head, 1, bytes_per_entry=8):,} bytes per token")
+print(f"Llama-2-7B (32 layers, 32 heads of 128, 16-bit): {kv_cache_bytes(32, 32, 128, 1):,} bytes per token, "
+      f"{kv_cache_bytes(32, 32, 128, 4096) / 2**30:.2f} GiB at 4,096 tokens")
+
+# %% [markdown]
+# ## 8. Multi-query and grouped-query attention
+#
+# At 512 KiB per token, Llama-2-7B's cache for one 4,096-token sequence (2 GiB) is a sixth of its
+# 13 GB of 16-bit weights, and a batch of 8 such sequences outweighs them. Decoding reads the
+# whole cache for every generated token, so its size sets both the memory and the time of a step.
+# **Multi-query attention** (Shazeer, 2019) keeps all H query heads but a single key/value head
+# that every query head shares; **grouped-query attention** (Ainslie et al., 2023) keeps
+# `n_kv_heads` = G key/value heads, with G dividing H, each shared by a group of H / G query heads.
+# G = H is plain multi-head attention, G = 1 is multi-query. The cache shrinks by H / G.
+#
+# The mapping: with `group = H // G` query heads per kv head, **query head h uses kv head
+# h // group**, so query heads 0 … group − 1 share kv head 0, the next group share kv head 1, and
+# so on. (That is the layout of `F.scaled_dot_product_attention(..., enable_gqa=True)` and of
+# `k.repeat_interleave(group, dim=1)`. Note that `k.repeat(1, group, 1, 1)` tiles the heads
+# instead, 0, 1, …, G − 1, 0, 1, …: query head h would get kv head h % G, another model.)
+#
+# Write `grouped_query_attention` for q (B, H, T_q, d_k) and k, v with G heads, without calling
+# `scaled_dot_product_attention` (the test compares with it). With `causal=True`, T_q = T_k and
+# key j is masked for query i when j > i.
+
+# %% nbgrader={"grade_id": "grouped_query_attention", "solution": true}
+def grouped_query_attention(q, k, v, causal=False):
+    """Attention where groups of query heads share key/value heads.
+
+    Args:
+        q: (B, H, T_q, d_k) queries of H heads.
+        k: (B, G, T_k, d_k) keys of G key/value heads, G dividing H. v: (B, G, T_k, d_v) values.
+        causal: mask key j for query i when j > i (requires T_q == T_k).
+
+    Returns:
+        (B, H, T_q, d_v): query head h attends with kv head h // (H // G).
+    """
+    ### BEGIN SOLUTION
+    H, G = q.shape[1], k.shape[1]
+    if H % G:
+        raise ValueError(f"n_kv_heads={G} does not divide n_heads={H}")
+    group = H // G  # query heads per kv head
+    k = k.repeat_interleave(group, dim=1)  # (B, H, T_k, d_k): head h gets kv head h // group
+    v = v.repeat_interleave(group, dim=1)  # (B, H, T_k, d_v)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, H, T_q, T_k)
+    if causal:
+        future = torch.ones(scores.shape[-2:], dtype=torch.bool).triu(1)  # (T_q, T_k) True where j > i
+        scores = scores.masked_fill(future, -math.inf)
+    return torch.softmax(scores, dim=-1) @ v  # (B, H, T_q, d_v)
+    ### END SOLUTION
+
+# %% [markdown]
+# The tests: with G = H it is plain multi-head attention; it matches PyTorch's own grouped-query
+# attention (`enable_gqa=True`, in torch ≥ 2.5; your installed torch is printed) and the explicit
+# `repeat_interleave` of the kv heads, causal or not, for G = 2 and G = 1 (multi-query); and a
+# probe whose value heads are constant (kv head g's values all equal g) shows which kv head each
+# query head read.
+
+# %% nbgrader={"grade": true, "grade_id": "test_grouped_query_attention", "points": 2}
+print(f"torch {torch.__version__}")
+g = torch.Generator().manual_seed(8)
+q, k, v = (torch.randn(2, 4, 5, 8, generator=g, dtype=torch.float64) for _ in range(3))  # (B, H, T, d)
+expect_close(grouped_query_attention(q, k, v), F.scaled_dot_product_attention(q, k, v), "G = H = 4: plain multi-head",
+             atol=1e-10, hint="With as many kv heads as query heads every head uses its own keys and values: "
+                              "query head h reads kv head h // (H // G) = h.")
+expect_close(grouped_query_attention(q, k, v, causal=True), F.scaled_dot_product_attention(q, k, v, is_causal=True),
+             "G = H = 4, causal", atol=1e-10, hint="Causal: mask key j for query i when j > i, before the softmax.")
+probe_v = torch.arange(4, dtype=torch.float64).reshape(1, 4, 1, 1).expand(1, 4, 5, 1)  # kv head g: values all g
+used = grouped_query_attention(torch.randn(1, 12, 3, 8, dtype=torch.float64), torch.randn(1, 4, 5, 8, dtype=torch.float64),
+                               probe_v)[0, :, 0, 0]  # (12,): the kv head each query head read
+expect_close(used, [h // 3 for h in range(12)], "kv head read by each of 12 query heads with G = 4",
+             hint="Query heads 0-2 share kv head 0, 3-5 kv head 1, ...: h // (H // G). Reading h % G tiles the heads instead.")
+q = torch.randn(2, 8, 6, 8, generator=g, dtype=torch.float64)  # (B, 8 query heads, T, d)
+for G in (2, 1):
+    k, v = torch.randn(2, G, 6, 8, generator=g, dtype=torch.float64), torch.randn(2, G, 6, 3, generator=g, dtype=torch.float64)
+    for causal in (False, True):
+        got = grouped_query_attention(q, k, v, causal=causal)
+        expect_shape(got, (2, 8, 6, 3), f"grouped_query_attention(H=8, G={G})", "One output per query head: (B, H, T_q, d_v).")
+        repeated = F.scaled_dot_product_attention(q, k.repeat_interleave(8 // G, 1), v.repeat_interleave(8 // G, 1),
+                                                  is_causal=causal)  # (2, 8, 6, 3)
+        expect_close(got, repeated, f"H=8, G={G}, causal={causal} vs repeat_interleave", atol=1e-10,
+                     hint="Query head h reads kv head h // (H // G): repeat_interleave, not repeat (which gives h % G).")
+        if "enable_gqa" in F.scaled_dot_product_attention.__doc__:
+            expect_close(got, F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True),
+                         f"H=8, G={G}, causal={causal} vs torch's enable_gqa=True", atol=1e-10,
+                         hint="Query head h reads kv head h // (H // G), as in torch's enable_gqa.")
+
+# %% nbgrader={"grade": true, "grade_id": "test_grouped_query_attention_hidden", "points": 3}
+# Hidden tests: fresh batch sizes, H and G (G = H, G = 1 and in between), T_q != T_k, d_k != d_v,
+# causal and not, float32 and float64.
+### BEGIN HIDDEN TESTS
+from mlbook.labs.lab06_chunked_attention import hidden
+hidden.check_grouped_query_attention(grouped_query_attention)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# What grouping saves, at the shape of a real model: **Llama-2-70B** (Touvron et al., 2023; its
+# published configuration: 80 layers, 64 query heads of width 128, 8 key/value heads, d_model =
+# 8,192, a 4,096-token context, released as 16-bit weights). It was trained with G = 8; the cell
+# compares that with the same model as plain multi-head (G = 64) and as multi-query (G = 1)
+# attention. Its weights alone take about 140 GB in 16 bits.
+
+# %% nbgrader={"grade_id": "gqa_cache_table", "locked": true}
+LLAMA2_70B = dict(n_layers=80, d_head=128, T=4096)
+for name, n_kv in [("MHA, G = 64", 64), ("GQA, G = 8 (as released)", 8), ("MQA, G = 1", 1)]:
+    per_token = kv_cache_bytes(LLAMA2_70B["n_layers"], n_kv, LLAMA2_70B["d_head"], 1)
+    per_seq = kv_cache_bytes(n_kv_heads=n_kv, **LLAMA2_70B)
+    batch32 = kv_cache_bytes(n_kv_heads=n_kv, batch=32, **LLAMA2_70B)
+    print(f"{name:26s}: {per_token / 2**10:7,.0f} KiB per token, {per_seq / 1e9:6.2f} GB per 4,096-token sequence, "
+          f"{batch32 / 1e9:7.1f} GB for a batch of 32")
+
+# %% [markdown]
+# ## 9. Written answer (graded by a TA)
+#
+# In five to eight sentences, using **your** measurements above: (a) how did the peak memory of
+# naive and chunked attention grow with T, what ratio did you measure at T = 4,096, and what
+# would the full matrix cost for the chapter's B = 8, H = 32, T = 4,096 layer? (b) How did the
+# time per generated token grow with T with and without the KV cache, in your measurement, and
+# why; what does the cache cost per token, and what does grouped-query attention change for
+# Llama-2-70B? (c) What does the forward pass have to save for your backward pass, and why is that enough?
+
+# %% [markdown] nbgrader={"grade": true, "grade_id": "written_measurements", "points": 3, "solution": true}
+# ### BEGIN SOLUTION
+# (a) Naive attention's peak grew 4x per doubling of T (it holds the T x T scores and the T x T
+# weights: 129 MiB at T = 4,096 in float32), while chunked attention grew well under 2x: a few
+# 256 x 256 tiles plus the (T, 64) output, 1.9 MiB at T = 4,096. The measured ratio there was
+# about 68x, and it doubles with every further doubling of T (176x at 8,192). The chapter's
+# B = 8, H = 32, T = 4,096 layer would need 8.6 GB in bf16 for one copy of the full matrix.
+# (b) Without the cache every step recomputes q, k, v for all T tokens and the whole T x T causal
+# attention, so its time per token grew by about x256 from T = 64 to 1,024 on the machine this was
+# checked on (0.4 ms to 64-98 ms, one layer, d_model = 256, one thread), about x4 per doubling once
+# the T^2 d_model attention outweighs the T d_model^2 projections. With the cache a step projects
+# one token and scores one query against T cached keys (T d_model work, plus copying the cache,
+# which torch.cat does at every step), so its time grew by x17 at most over the same range (0.06
+# to 1 ms, nearly flat at first while the fixed cost of a few torch calls dominates): about
+# 100x faster at T = 1,024, with exactly the same logits. The price is memory: 2 n_layers n_kv_heads d_head
+# entries per token, 2,048 bytes for the float32 timing layer (measured and by the formula),
+# 512 KiB for Llama-2-7B in 16 bits (2 GiB per 4,096-token sequence). Llama-2-70B's 8 kv heads
+# for 64 query heads cut its cache 8x, from 2.5 MiB to 320 KiB per token (10.7 GB to 1.34 GB per
+# 4,096-token sequence; 0.17 GB as multi-query).
+# (c) Only out and lse (one number per query row, T per head rather than T^2): lse rebuilds any
+# block of weights exactly as exp(S - lse), and D = rowsum(dout * out) replaces rowsum(dA * A),
+# so the backward never needs the stored matrix; the price is recomputing S block by block.
+#
+# **Rubric (TA only):** 1 point: (a) quotes their own growth factors (about 4x vs at most 2x)
+# and ratio, and gives the chapter's 8.6 GB. 1 point: (b) quotes their own per-token times or
+# growth factors with and without the cache (any numbers are right if they are the ones measured;
+# do not require exactly 4x or 2x), explains the T^2 (recompute everything) against T (one query
+# row against the cache) work, and gives the cache's bytes per token (2 n_layers n_kv_heads d_head
+# entries) and the 8x saving of Llama-2-70B's GQA (1.34 GB against 10.7 GB per sequence).
+# 1 point: (c) out and lse (T numbers), A = exp(S - lse),
+# D = rowsum(dout * out).
+# ### END SOLUTION
+
+# %% [markdown]
+# ## 10. Extension (ungraded): chunked attention against the clock
+#
+# Nothing in this section carries points: it is for a student with time left, and its check only
+# tells you whether your two numbers are computed from your own measurement.
 #
 # Chunking saves memory, but on a CPU with a Python loop it costs interpreter time per tile.
 # The cell below times naive attention, PyTorch's fused `scaled_dot_product_attention` (a C++
@@ -660,48 +1144,88 @@ slowdown_vs_sdpa = chunk_times[fastest_chunk] / sdpa_time
 ### END SOLUTION
 print(f"fastest chunk size here: {fastest_chunk}; {slowdown_vs_sdpa:.1f}x the time of SDPA")
 
-# %% nbgrader={"grade": true, "grade_id": "test_timing_answers", "points": 1}
+# %% nbgrader={"grade_id": "timing_self_check", "locked": true}
+# Self-check (no points).
 expect(fastest_chunk == min(chunk_times, key=chunk_times.get), "fastest_chunk", f"{fastest_chunk}",
        "Take the chunk size with the smallest measured time in chunk_times.")
 expect(abs(slowdown_vs_sdpa - chunk_times[fastest_chunk] / sdpa_time) < 1e-6 * slowdown_vs_sdpa,
        "slowdown_vs_sdpa", f"{slowdown_vs_sdpa:.3g}", "Divide the fastest chunked time by SDPA's time.")
 
 # %% [markdown]
-# ## 8. Written answer (graded by a TA)
+# ## 11. Extension (ungraded): memory traffic, fusion, and which attention to use
 #
-# In five to eight sentences, using **your** measurements above: (a) how did the peak memory of
-# naive and chunked attention grow with T, what ratio did you measure at T = 4,096, and what
-# would the full matrix cost for the chapter's B = 8, H = 32, T = 4,096 layer? (b) Chunked
-# attention does the same multiply-adds at every chunk size: why does its time depend so much
-# on the chunk size, what limits it at each end, and how did it compare with naive attention and
-# SDPA? (c) What does the forward pass have to save for your backward pass, and why is that enough?
+# No points here either. Why does it pay to avoid the T × T matrix even when the arithmetic stays
+# the same? Because moving bytes between main memory and the processor is often slower than the
+# arithmetic done on them. A GPU has a few tens of GB of high-bandwidth memory (HBM, on the order
+# of 1–3 TB/s) and a few tens of MB of on-chip SRAM that is several times faster; a CPU has its
+# DRAM and its caches (L1, L2, L3). FlashAttention's point is to keep each tile in the fast
+# memory and write only the output and the log-sum-exp back to the slow one.
+#
+# A kernel's **arithmetic intensity** is its FLOPs per byte moved to and from main memory. A
+# machine's **ridge point** is its peak FLOP/s divided by its memory bandwidth: below it a kernel
+# is memory-bound (faster memory traffic would speed it up, faster arithmetic would not), above
+# it compute-bound. The cell measures both numbers of this CPU on one thread (the bandwidth from
+# copying 64 MiB into a buffer allocated beforehand, the arithmetic from a 512 × 512 matrix product) and computes the
+# intensity of each pass of naive attention at T = 2,048, d = 64, float32.
 
-# %% [markdown] nbgrader={"grade": true, "grade_id": "written_measurements", "points": 3, "solution": true}
-# ### BEGIN SOLUTION
-# (a) Naive attention's peak grew 4x per doubling of T (it holds the T x T scores and the T x T
-# weights: 129 MiB at T = 4,096 in float32), while chunked attention grew well under 2x: a few
-# 256 x 256 tiles plus the (T, 64) output, 1.9 MiB at T = 4,096. The measured ratio there was
-# about 68x, and it doubles with every further doubling of T (176x at 8,192). The chapter's
-# B = 8, H = 32, T = 4,096 layer would need 8.6 GB in bf16 for one copy of the full matrix.
-# (b) The multiply-adds are the same, but every tile pays a fixed cost of about ten small torch
-# calls through the Python interpreter, and small tiles make small, inefficient matrix
-# multiplications: at c = 32 there are 1,024 tiles and that overhead dominates (the slowest
-# chunk size, slower than naive). As the tiles grow the overhead fades, until at c = T it is one
-# tile, the naive computation again, with T x T temporaries and no memory saving. In between,
-# chunked attention was fastest at a middle chunk size (128 on the machine this was checked on:
-# a median of 7.9 ms against 9.0 ms naive and 9.4 ms SDPA, one thread), most likely because a c x c
-# tile of scores stays in cache while the whole T x T matrix does not; SDPA runs the same kind of
-# tiling in one fused C++ kernel, but on a CPU it is not necessarily the fastest, and which of
-# the three wins changes with the machine and its load. So the useful choice is the middle
-# chunk size that the measurement shows fastest, well below T.
-# (c) Only out and lse (one number per query row, T per head rather than T^2): lse rebuilds any
-# block of weights exactly as exp(S - lse), and D = rowsum(dout * out) replaces rowsum(dA * A),
-# so the backward never needs the stored matrix; the price is recomputing S block by block.
+# %% nbgrader={"grade_id": "io_awareness", "locked": true}
+x_big = torch.randn(16 * 2**20)  # (16 Mi,) float32: 64 MiB, more than a typical CPU's caches
+x_dst = torch.empty_like(x_big)  # allocated (and touched) once, so the copy times memory traffic, not page faults
+copy_seconds = best_time(x_dst.copy_, x_big, repeat=5, warmup=1)
+bandwidth = 2 * x_big.numel() * 4 / copy_seconds  # bytes read + bytes written per second
+a_mm = torch.randn(512, 512)  # (512, 512)
+flop_rate = 2 * 512**3 / best_time(torch.mm, a_mm, a_mm, repeat=5, warmup=1)  # FLOP/s
+ridge = flop_rate / bandwidth
+print(f"this CPU, one thread: {bandwidth / 1e9:.1f} GB/s copying, {flop_rate / 1e9:.1f} GFLOP/s in a matmul: "
+      f"ridge point {ridge:.1f} FLOP/byte")
+T_io, d_io = 2048, 64
+passes = {  # (FLOPs, bytes moved to and from main memory), float32
+    "S = Q K^T / sqrt(d)": (2 * T_io**2 * d_io, 4 * (2 * T_io * d_io + T_io**2)),
+    "A = softmax(S)": (5 * T_io**2, 4 * 2 * T_io**2),  # max, subtract, exp, sum, divide; read S, write A
+    "Y = A V": (2 * T_io**2 * d_io, 4 * (T_io**2 + 2 * T_io * d_io)),
+}
+for name, (flop, moved) in passes.items():
+    side = "memory-bound" if flop / moved < ridge else "compute-bound"
+    print(f"{name:20s}: {flop / moved:5.1f} FLOP/byte -> {side} here")
+
+# %% [markdown]
+# By its FLOP count the softmax pass is far below the ridge point of any current machine: on a GPU
+# it is memory traffic. On one CPU thread an exp costs the time of many FLOPs, so compare the fused
+# softmax's time with the time of reading and writing the matrix once at the bandwidth you
+# measured (both are printed below): the gap is the exp arithmetic. Written as separate operations
+# (a max, a subtraction, an exp, a sum, a division), each operation is its own kernel that reads
+# the whole T × T matrix again and most write a new one; PyTorch's `torch.softmax` is one
+# **fused** kernel that reads it and writes the result. The cell times both on a
+# 2,048 × 2,048 float32 matrix (16 MiB). FlashAttention fuses further: the matmuls, the mask, the
+# softmax and the weighting of the values in one kernel per tile, so S and A never reach main
+# memory at all. Your ratio is printed: above 1, the fused kernel saved memory passes; near 1 or
+# below, this CPU's caches or its kernels hid the difference (then say so, with your numbers).
+
+# %% nbgrader={"grade_id": "fusion_measured", "locked": true}
+S_io = torch.randn(T_io, T_io)  # (T, T) float32 scores
+
+
+def softmax_unfused(s):
+    """Softmax as five separate passes over the (T, T) matrix."""
+    row_max = s.max(dim=-1, keepdim=True).values  # (T, 1)
+    e = torch.exp(s - row_max)  # (T, T): a subtraction pass, then an exp pass
+    return e / e.sum(dim=-1, keepdim=True)  # (T, T): a sum pass, then a division pass
+
+
+fused_seconds = best_time(torch.softmax, S_io, -1, repeat=5, warmup=1)
+unfused_seconds = best_time(softmax_unfused, S_io, repeat=5, warmup=1)
+print(f"softmax of a {T_io} x {T_io} float32 matrix: fused {fused_seconds * 1e3:.1f} ms, five separate passes "
+      f"{unfused_seconds * 1e3:.1f} ms (x{unfused_seconds / fused_seconds:.2f})")
+print(f"reading and writing the matrix once at the copy's {bandwidth / 1e9:.1f} GB/s would take "
+      f"{2 * S_io.numel() * 4 / bandwidth * 1e3:.1f} ms (both softmaxes also allocate their results, which costs time too)")
+
+# %% [markdown]
+# **Which attention, when.** A summary of this lab and the chapter's table:
 #
-# **Rubric (TA only):** 1 point: (a) quotes their own growth factors (about 4x vs at most 2x)
-# and ratio, and gives the chapter's 8.6 GB. 1 point: (b) per-tile interpreter/dispatch
-# overhead and small matmuls at small c, naive-like temporaries at c = T, and the fused kernel
-# of SDPA, quoting their own times; any ranking of naive, SDPA and chunked is correct if it is
-# the one they measured (do not require SDPA to be the fastest, nor chunked to be slower). 1 point: (c) out and lse (T numbers), A = exp(S - lse),
-# D = rowsum(dout * out).
-# ### END SOLUTION
+# | situation | choice | why |
+# |---|---|---|
+# | learning, an interview, debugging a mask | explicit attention (`naive_attention`) | every shape and the mask are visible |
+# | training or a prompt's prefill, T up to a few thousand | `F.scaled_dot_product_attention` | exact, fused, dispatches to the best kernel of the device; no code to maintain |
+# | long T, where the T × T matrix no longer fits | FlashAttention (SDPA's flash backend on a GPU), or tiles as in section 4 | exact, memory O(T) instead of O(T²), and fewer trips to main memory |
+# | generating tokens one at a time | decoding with a KV cache (section 7), with grouped-query or multi-query heads (section 8) | per-token work O(T) instead of O(T²); then the cache, not the matrix, is the memory, and GQA shrinks it by H / G |
+# | T in the hundreds of thousands | sparse, sliding-window or linear attention | exact attention stays quadratic in compute; these change what is computed (an approximation, or a different model) |

@@ -51,5 +51,12 @@ COSTS: dict[str, dict[str, float]] = {
         "test_attention_backward_from_lse": 0.003,
         "test_attention_backward_from_lse_hidden": 0.546,
         "test_memory_sweep_hidden": 0.011,
+        "test_kv_cache_append_hidden": 0.008,
+        "test_decode_step": 0.004,
+        "test_decode_step_hidden": 0.012,
+        "test_greedy_decoding": 0.04,
+        "test_greedy_decoding_hidden": 0.059,
+        "test_grouped_query_attention": 0.005,
+        "test_grouped_query_attention_hidden": 0.009,
     },
 }

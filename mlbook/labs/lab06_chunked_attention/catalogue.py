@@ -281,3 +281,157 @@ ALTERNATIVES = [
     return dq, dk, dv
 '''}),
 ]
+
+# --- Decoding with a KV cache (section 7) and grouped-query attention (section 8) ---
+
+_APPEND_DEF = '''def kv_cache_append(cache, k_new, v_new):
+    """The cache (K, V) grown by the new tokens along the time axis."""
+'''
+_STEP_DEF = '''def decode_step(q_new, k_new, v_new, cache):
+    """Cached causal attention for the new tokens; returns (out, grown cache)."""
+'''
+_BYTES_DEF = '''def kv_cache_bytes(n_layers, n_kv_heads, d_head, T, batch=1, bytes_per_entry=2):
+    """Bytes of a decoder's key-value cache."""
+'''
+_GQA_DEF = '''def grouped_query_attention(q, k, v, causal=False):
+    """Query head h attends with kv head h // (H // G)."""
+'''
+_APPEND_RETURN = "return torch.cat([K, k_new], dim=-2), torch.cat([V, v_new], dim=-2)"
+_STEP_APPEND = ("    cache = kv_cache_append(cache, k_new, v_new)  # first: the new tokens read their own keys too\n"
+                "    K, V = cache  # (B, H, T_total, d_k), (B, H, T_total, d_v)\n")
+_STEP_CELLS = ("test_decode_step", "test_decode_step_hidden", "test_greedy_decoding", "test_greedy_decoding_hidden")
+_GQA_CELLS = ("test_grouped_query_attention", "test_grouped_query_attention_hidden")
+_BYTES_CELLS = ("test_kv_cache_bytes", "test_kv_cache_bytes_hidden")
+_K_REP = "k = k.repeat_interleave(group, dim=1)"
+_V_REP = "v = v.repeat_interleave(group, dim=1)"
+
+MUTANTS += [
+    Mutant(name="cache-prepended",
+           misconception="the new keys and values are put before the cached ones, so row t is no longer token t",
+           cells={"kv_cache_append": patch(_APPEND_RETURN,
+                                           "return torch.cat([k_new, K], dim=-2), torch.cat([v_new, V], dim=-2)")},
+           must_fail=("test_kv_cache_append", "test_kv_cache_append_hidden"),
+           message=r"do not prepend|before the cached"),
+    Mutant(name="cache-keeps-only-new",
+           misconception="the cache is replaced by the newest tokens instead of growing",
+           cells={"kv_cache_append": patch(_APPEND_RETURN, "return k_new, v_new  # the newest tokens")},
+           must_fail=("test_kv_cache_append", "test_kv_cache_append_hidden"), message=r"T_cache \+ T_new"),
+    Mutant(name="scores-before-append",
+           misconception="the new queries are scored against the cache before the new keys and values are appended: "
+                         "a new token does not read itself",
+           cells={"decode_step": patch(_STEP_APPEND,
+                                       "    K, V = cache  # the cache as it was: the new tokens are appended after\n"
+                                       "    cache = kv_cache_append(cache, k_new, v_new)\n")},
+           must_fail=_STEP_CELLS, message=r"append", demo=True),
+    Mutant(name="mask-not-offset",
+           misconception="the mask is aligned top-left (query i at position i), not offset by the cache length",
+           cells={"decode_step": patch("torch.arange(T_total - T_new, T_total)[:, None]", "torch.arange(T_new)[:, None]")},
+           must_fail=_STEP_CELLS, message=r"offset", demo=True),
+    Mutant(name="no-mask-in-step",
+           misconception="no mask in the step, since one new token may read every cached key; a prompt fed at once "
+                         "then reads its own future",
+           cells={"decode_step": patch("    scores = scores.masked_fill(key_pos > query_pos, -math.inf)  # (B, H, T_new, T_total)\n",
+                                       "    # one new token may read every cached key: no mask\n")},
+           must_fail=_STEP_CELLS, message=r"causal mask"),
+    Mutant(name="cache-of-outputs",
+           misconception="the cache keeps the step's post-softmax results (its attention outputs) in place of the values",
+           cells={"decode_step": patch("    return out, cache\n",
+                                       "    cache = (K, torch.cat([V[..., :T_total - T_new, :], out], dim=-2))  # keep what was computed\n"
+                                       "    return out, cache\n")},
+           must_fail=_STEP_CELLS, message=r"outputs", demo=True),
+    Mutant(name="cache-bytes-keys-only", misconception="the cache size counts the keys but not the values",
+           cells={"kv_cache_bytes": patch("int(2 * n_layers * n_kv_heads", "int(n_layers * n_kv_heads")},
+           must_fail=_BYTES_CELLS, message=r"K and V|key and a value"),
+    Mutant(name="cache-bytes-one-layer", misconception="the cache size forgets that every layer has its own cache",
+           cells={"kv_cache_bytes": patch("int(2 * n_layers * n_kv_heads", "int(2 * n_kv_heads")},
+           must_fail=_BYTES_CELLS, message=r"every layer"),
+    Mutant(name="gqa-h-mod-g",
+           misconception="the kv heads are tiled (k.repeat), so query head h reads kv head h % G instead of h // (H // G)",
+           cells={"grouped_query_attention": (patch(_K_REP, "k = k.repeat(1, group, 1, 1)"),
+                                              patch(_V_REP, "v = v.repeat(1, group, 1, 1)"))},
+           must_fail=_GQA_CELLS, message=r"h % G", demo=True),
+    Mutant(name="gqa-h-div-g",
+           misconception="query head h reads kv head h // G (dividing by the number of kv heads, not the group size)",
+           cells={"grouped_query_attention": (patch(_K_REP, "k = k[:, torch.arange(H) // G]"),
+                                              patch(_V_REP, "v = v[:, torch.arange(H) // G]"))},
+           must_fail=_GQA_CELLS, message=r"h // \(H // G\)"),
+    Mutant(name="gqa-mean-kv",
+           misconception="the kv heads are averaged into one head shared by every query head",
+           cells={"grouped_query_attention": (patch(_K_REP, "k = k.mean(dim=1, keepdim=True)  # one shared head"),
+                                              patch(_V_REP, "v = v.mean(dim=1, keepdim=True)"))},
+           must_fail=_GQA_CELLS, message=r"h // \(H // G\)"),
+]
+
+ALTERNATIVES += [
+    Alternative(name="cache-preallocated", description="the grown cache allocated once and filled by slices",
+                cells={"kv_cache_append": _APPEND_DEF + '''    K, V = cache
+    T = K.shape[-2]
+    K_all = K.new_empty(*K.shape[:-2], T + k_new.shape[-2], K.shape[-1])
+    V_all = V.new_empty(*V.shape[:-2], T + v_new.shape[-2], V.shape[-1])
+    K_all[..., :T, :], K_all[..., T:, :] = K, k_new
+    V_all[..., :T, :], V_all[..., T:, :] = V, v_new
+    return K_all, V_all
+'''}),
+    Alternative(name="cache-concat-dim2", description="torch.concat along dim 2 (the time axis of (B, H, T, d))",
+                cells={"kv_cache_append": patch(_APPEND_RETURN,
+                                                "return torch.concat((K, k_new), 2), torch.concat((V, v_new), 2)")}),
+    Alternative(name="step-sdpa-bool-mask",
+                description="PyTorch's SDPA with a boolean mask (True = allowed) offset by the cache length",
+                cells={"decode_step": _STEP_DEF + '''    K, V = kv_cache_append(cache, k_new, v_new)
+    T_new, T_total = q_new.shape[-2], K.shape[-2]
+    allowed = torch.ones(T_new, T_total, dtype=torch.bool).tril(diagonal=T_total - T_new)
+    return F.scaled_dot_product_attention(q_new, K, V, attn_mask=allowed), (K, V)
+'''}),
+    Alternative(name="step-one-query-at-a-time",
+                description="each new query attends to the keys up to its own position, no mask needed",
+                cells={"decode_step": _STEP_DEF + '''    K, V = kv_cache_append(cache, k_new, v_new)
+    T_new, T_total = q_new.shape[-2], K.shape[-2]
+    rows = []
+    for i in range(T_new):
+        p = T_total - T_new + i  # this query's absolute position
+        w = torch.softmax(q_new[..., i:i + 1, :] @ K[..., :p + 1, :].transpose(-2, -1) / q_new.shape[-1] ** 0.5, dim=-1)
+        rows.append(w @ V[..., :p + 1, :])
+    return torch.cat(rows, dim=-2), (K, V)
+'''}),
+    Alternative(name="step-einsum-where", description="einsum scores and torch.where for the mask",
+                cells={"decode_step": _STEP_DEF + '''    K, V = kv_cache_append(cache, k_new, v_new)
+    T_new, T_total = q_new.shape[-2], K.shape[-2]
+    s = torch.einsum("bhqd,bhkd->bhqk", q_new, K) / math.sqrt(q_new.shape[-1])
+    pos_q = torch.arange(T_new) + (T_total - T_new)
+    ok = torch.arange(T_total)[None, :] <= pos_q[:, None]
+    s = torch.where(ok, s, torch.full_like(s, -math.inf))
+    return torch.einsum("bhqk,bhkd->bhqd", s.softmax(-1), V), (K, V)
+'''}),
+    Alternative(name="cache-bytes-per-token", description="bytes per token first, then times tokens and sequences",
+                cells={"kv_cache_bytes": _BYTES_DEF + '''    per_token = 2 * n_layers * n_kv_heads * d_head * bytes_per_entry  # K and V of every layer
+    return per_token * T * batch
+'''}),
+    Alternative(name="cache-bytes-prod", description="math.prod of the factors",
+                cells={"kv_cache_bytes": _BYTES_DEF + '''    return math.prod((2, n_layers, n_kv_heads, d_head, T, batch, bytes_per_entry))
+'''}),
+    Alternative(name="gqa-grouped-view",
+                description="the query heads viewed as (G, H // G) and broadcast against the G kv heads, no copy",
+                cells={"grouped_query_attention": _GQA_DEF + '''    B, H, T_q, d_k = q.shape
+    G, T_k = k.shape[1], k.shape[2]
+    qg = q.reshape(B, G, H // G, T_q, d_k)  # heads g * (H // G) ... belong to kv head g
+    s = qg @ k[:, :, None].transpose(-2, -1) / math.sqrt(d_k)  # (B, G, H // G, T_q, T_k)
+    if causal:
+        s = s.masked_fill(torch.ones(T_q, T_k, dtype=torch.bool).triu(1), float("-inf"))
+    return (s.softmax(-1) @ v[:, :, None]).reshape(B, H, T_q, v.shape[-1])
+'''}),
+    Alternative(name="gqa-head-loop", description="one query head at a time, each with kv head h // (H // G)",
+                cells={"grouped_query_attention": _GQA_DEF + '''    H, G = q.shape[1], k.shape[1]
+    outs = []
+    for h in range(H):
+        g = h // (H // G)
+        s = q[:, h] @ k[:, g].transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if causal:
+            s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1), -math.inf)
+        outs.append(torch.softmax(s, dim=-1) @ v[:, g])
+    return torch.stack(outs, dim=1)
+'''}),
+    Alternative(name="gqa-index-select", description="index_select of the kv heads with h // (H // G)",
+                cells={"grouped_query_attention": (
+                    patch(_K_REP, "k = k.index_select(1, torch.arange(H) // group)"),
+                    patch(_V_REP, "v = v.index_select(1, torch.arange(H) // group)"))}),
+]

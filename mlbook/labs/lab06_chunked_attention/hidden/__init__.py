@@ -23,11 +23,18 @@ The notebook calls ``hidden.check_x(...)``; the checks live by graded function i
                       outside the kernel (its docstring says how);
 - ``backward``        attention_backward_from_lse's gradients, and its memory through ``memory``;
 - ``sweep``           memory_sweep, on probes the grader lends;
+- ``kv_cache``        kv_cache_append and kv_cache_bytes;
+- ``decode``          decode_step, alone and as the attention of greedy decoding with the grader's
+                      TinyCausalLM, against the full causal pass;
+- ``gqa``             grouped_query_attention;
 and ``_common`` holds what they share (inputs, references, the validation of results).
 """
 
 from .backward import check_backward_from_lse
 from .chunked import check_chunked_attention
+from .decode import check_decode_step, check_greedy_decoding
+from .gqa import check_grouped_query_attention
+from .kv_cache import check_kv_cache_append, check_kv_cache_bytes
 from .memory import check_chunked_memory
 from .online_softmax import check_online_softmax_update
 from .sizes import check_attention_matrix_bytes
@@ -40,4 +47,9 @@ __all__ = [
     "check_chunked_memory",
     "check_backward_from_lse",
     "check_memory_sweep",
+    "check_kv_cache_append",
+    "check_decode_step",
+    "check_greedy_decoding",
+    "check_kv_cache_bytes",
+    "check_grouped_query_attention",
 ]
