@@ -26,11 +26,14 @@
 #    rows, permutations, the causal mask; then remove the residual and describe what changes;
 # 5. write attention's forward **and backward** pass in NumPy and check it against autograd;
 # 6. count FLOPs (memory is lab 6's); an ungraded extension finds where the n × n part of a
-#    full layer starts to dominate.
+#    full layer starts to dominate;
+# 7. (extension) measure why several heads beat one wide head, the rank of a head's scores,
+#    dropout, path length, a fused QKV projection, and other position schemes.
 #
 # **Time.** About 2.5 hours for a student who has done the lesson: 50 minutes for sections 1–2,
 # 35 for section 3 (15 of them sinusoids, 20 RoPE), 30 for section 4, 35 for section 5 and 10 for
-# section 6. The extension at the end takes about 15 minutes more and carries no points.
+# section 6. Two extensions follow: the first takes about 15 minutes and carries no points, the
+# second about 30 minutes and carries 3 of the lab's points (skip both if you are short of time).
 #
 # **Conventions of this lab** (every cell relies on them):
 # - a batch of token rows is (B, T, d_model); heads are (B, H, T, d_head) with
@@ -1077,3 +1080,315 @@ curves(lengths, {f"d_model = {d}": [layer_share(T, d) for T in lengths] for d in
        xlabel="tokens T", ylabel="share of layer FLOPs in the n x n part", logx=True,
        title="Where the n x n part takes over")
 plt.show()
+
+# %% [markdown]
+# ## Extension: why several heads, and other positions (about 30 minutes)
+#
+# **Optional**, about 30 minutes. One small function, `fused_qkv`, carries 3 of the lab's points
+# (1 visible, 2 hidden): skip the section if you are short of time. Everything else here is a
+# measured demonstration to run and read; each cell runs in about a second.
+#
+# It uses your `MultiHeadAttention` from section 2, so finish that first.
+
+# %% [markdown]
+# ### E1. Several heads beat one wide head
+#
+# A toy task that one head cannot do: every token must output **two** things at once, the
+# content of the token one step back (first half of the target) and of the token two steps
+# back (second half). One head's output is a single weighted average of values: if it spreads
+# its weight over both tokens, the two contents are blended and W_O cannot pull them apart.
+# Two heads of half the width can each look at one token. Same d_model, same parameter count
+# (4·d² either way); only H changes. Tokens carry random content (8 channels) next to a one-hot
+# position (8 channels), and positions wrap around (token 0's "one step back" is token 7).
+
+# %% nbgrader={"grade_id": "ext_heads_toy", "locked": true}
+def two_lookback_batch(gen, B=32, T=8, c=8):
+    """x (B, T, c + T): [content | one-hot position]; y (B, T, 2c): [content[t-1] | content[t-2]]."""
+    content = torch.randn(B, T, c, generator=gen)  # (B, T, c)
+    pos = torch.eye(T).expand(B, T, T)  # (B, T, T) one-hot positions
+    x = torch.cat([content, pos], dim=-1)  # (B, T, c + T) = (B, T, d_model)
+    y = torch.cat([content.roll(1, dims=1), content.roll(2, dims=1)], dim=-1)  # (B, T, 2c)
+    return x, y
+
+
+def train_heads(n_heads, steps=80, lr=2e-2, seed=0):
+    """Train one MultiHeadAttention(16, n_heads) on the task; return (held-out MSE, model)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # matrices this small only lose time to threading
+    try:
+        return _train_heads(n_heads, steps, lr, seed)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _train_heads(n_heads, steps, lr, seed):
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
+    mha = MultiHeadAttention(16, n_heads)
+    opt = torch.optim.Adam(mha.parameters(), lr=lr)
+    for _ in range(steps):
+        x, y = two_lookback_batch(gen)  # (64, 8, 16), (64, 8, 16)
+        loss = ((mha(x, x)[0] - y) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    x, y = two_lookback_batch(torch.Generator().manual_seed(99), B=256)  # held-out batch
+    with torch.no_grad():
+        return ((mha(x, x)[0] - y) ** 2).mean().item(), mha
+
+
+toy = {H: train_heads(H) for H in (1, 2, 4)}
+for H, (mse, _) in toy.items():
+    print(f"H = {H} heads of width {16 // H:2d}: held-out MSE {mse:.3f}   (predicting zeros scores 1.0)")
+
+# %% [markdown]
+# One head stays near 0.5, the error of a blend of the two lags; two heads solve the task.
+# More heads is not automatically better: four heads of width 4 must share each lag between two
+# of them, and at this short training budget they land in between.
+#
+# **Heads specialise.** For the two-head model, how much weight does each head put on the token
+# one step back and two steps back (averaged over queries)? The heads were never told which
+# lag is theirs; training split the job between them.
+
+# %% nbgrader={"grade_id": "ext_heads_specialise", "locked": true}
+x_toy, _ = two_lookback_batch(torch.Generator().manual_seed(7), B=32)  # (32, 8, 16)
+with torch.no_grad():
+    w_toy = toy[2][1](x_toy, x_toy)[1].mean(dim=0)  # (H, T, T) weights, averaged over the batch
+t_idx = torch.arange(8)
+for h in range(2):
+    lag1 = w_toy[h, t_idx, (t_idx - 1) % 8].mean().item()  # weight on token t-1
+    lag2 = w_toy[h, t_idx, (t_idx - 2) % 8].mean().item()  # weight on token t-2
+    print(f"head {h}: weight on t-1 = {lag1:.2f}, on t-2 = {lag2:.2f}")
+
+# %% [markdown]
+# ### E2. Each head's scores have rank at most d_head — its weights do not
+#
+# A head's scores are Q_h K_hᵀ with Q_h (T, d_head) and K_h (T, d_head): a (T, T) matrix that is
+# a product through d_head dimensions has rank at most d_head, however long T is. That is the
+# "low-rank bottleneck" of a narrow head. The softmax, applied entry by entry after the
+# exponential, does not keep that rank: the weight matrix is generally of full rank T. Measured
+# on random inputs through your module (T = 32, d_model = 32, so d_head = 32 / H):
+
+# %% nbgrader={"grade_id": "ext_rank", "locked": true}
+torch.manual_seed(1)
+x_rank = torch.randn(1, 32, 32, dtype=torch.float64)  # (1, T, d_model)
+for H in (8, 4, 2):
+    m = MultiHeadAttention(32, H).double()
+    with torch.no_grad():
+        q = split_heads(m.W_q(x_rank), H)  # (1, H, T, d_head)
+        k = split_heads(m.W_k(x_rank), H)  # (1, H, T, d_head)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(32 // H)  # (1, H, T, T)
+        weights = scores.softmax(dim=-1)  # (1, H, T, T)
+    r_s = torch.linalg.matrix_rank(scores[0]).tolist()  # rank of each head's scores
+    r_w = torch.linalg.matrix_rank(weights[0]).tolist()  # rank of each head's weights
+    print(f"H = {H}, d_head = {32 // H:2d}: score ranks {r_s}, weight ranks {r_w}")
+
+# %% [markdown]
+# ### E3. Dropout on the attention weights
+#
+# The original transformer applies dropout to the weights A before A V (`nn.MultiheadAttention`'s
+# `dropout=`). In training mode each weight is zeroed with probability p and the survivors are
+# divided by 1 − p, so each row sums to 1 only *on average*: a query randomly loses some of the
+# keys it chose. In `eval()` mode dropout is the identity and rows sum to 1 again. Measured on
+# 1,000 softmax rows over 16 keys, p = 0.1:
+
+# %% nbgrader={"grade_id": "ext_dropout", "locked": true}
+torch.manual_seed(2)
+A = torch.randn(1000, 16).softmax(dim=-1)  # (rows, T_k), each row sums to 1
+drop = nn.Dropout(p=0.1)
+drop.train()
+sums_train = drop(A).sum(dim=-1)  # (rows,)
+zeroed = (drop(A) == 0).float().mean().item()
+drop.eval()
+sums_eval = drop(A).sum(dim=-1)  # (rows,)
+print(f"train: row sums mean {sums_train.mean():.3f}, std {sums_train.std():.3f}, "
+      f"min {sums_train.min():.3f}, max {sums_train.max():.3f}; {100 * zeroed:.1f} % of weights zeroed")
+print(f"eval:  row sums all 1: {bool(torch.allclose(sums_eval, torch.ones(1000)))}")
+
+# %% [markdown]
+# ### E4. Path length: attention against an RNN and a CNN
+#
+# How many steps must a signal take from token 0 to token T − 1?
+#
+# | layer | sequential steps | longest path between two tokens | cost per layer |
+# |---|---|---|---|
+# | self-attention | 1 | 1 | O(T²·d) |
+# | RNN | T | T − 1 (one step per token) | O(T·d²) |
+# | CNN, kernel k, stacked | 1 per layer | ⌈(T − 1)/(k − 1)⌉ layers | O(k·T·d²) |
+# | CNN, kernel k, dilated (1, k, k², ...) | 1 per layer | ⌈log_k T⌉ layers | O(k·T·d²) |
+#
+# A stack of kernel-k convolutions widens the receptive field by k − 1 per layer. The cell
+# checks the stacked row by gradients: the last output of a stack of L kernel-3 convolutions
+# depends on input 0 only once L reaches ⌈(T − 1)/2⌉.
+
+# %% nbgrader={"grade_id": "ext_path_length", "locked": true}
+def reaches_first(L, T=64, k=3):
+    """Whether output T-1 of L stacked Conv1d(kernel k, no padding on the right) depends on input 0."""
+    x = torch.ones(1, 1, T, requires_grad=True)  # (B, C, T)
+    h = x
+    for _ in range(L):
+        h = nn.functional.conv1d(nn.functional.pad(h, (k - 1, 0)), torch.ones(1, 1, k))  # causal, (1, 1, T)
+    h[0, 0, -1].backward()
+    return bool(x.grad[0, 0, 0] != 0)
+
+
+T_path = 64
+L_cnn = math.ceil((T_path - 1) / 2)  # the formula's depth for kernel 3
+print(f"kernel-3 CNN, T = {T_path}: {L_cnn - 1} layers reach token 0: {reaches_first(L_cnn - 1, T_path)}, "
+      f"{L_cnn} layers: {reaches_first(L_cnn, T_path)}")
+print(f"longest path at T = {T_path}: attention 1, RNN {T_path - 1}, kernel-3 CNN {L_cnn} layers, "
+      f"dilated kernel-3 CNN {math.ceil(math.log(T_path, 3))} layers")
+
+# %% [markdown]
+# ### E5. A fused QKV projection (graded, 3 points)
+#
+# Q, K and V are three (d, d) projections of the same x. Stacking their weights side by side
+# gives one (d, 3d) matrix W_qkv = [W_Q | W_K | W_V] (in the x @ W layout), so one matmul
+# computes all three: x @ W_qkv = [x W_Q | x W_K | x W_V]. Real implementations do this
+# (`nn.MultiheadAttention`'s `in_proj_weight` is the same stack in `nn.Linear`'s transposed
+# layout), because one large matmul uses the hardware better than three small ones.
+#
+# Write `fused_qkv(x, W_qkv, n_heads)`: one matmul, then cut the 3d output channels into q, k
+# and v (d each, in that order), and each into heads as `split_heads` does.
+
+# %% nbgrader={"grade_id": "fused_qkv", "solution": true}
+def fused_qkv(x, W_qkv, n_heads):
+    """Queries, keys and values of every head from one fused projection.
+
+    Args:
+        x: (B, T, d_model) tensor.
+        W_qkv: (d_model, 3 * d_model) tensor, columns [W_Q | W_K | W_V] (x @ W layout).
+        n_heads: H; d_model is divisible by H.
+
+    Returns:
+        q, k, v: each (B, H, T, d_head), equal to split_heads(x @ W_Q, H) and so on.
+    """
+    ### BEGIN SOLUTION
+    B, T, d = x.shape
+    qkv = x @ W_qkv  # (B, T, 3d): one matmul for the three projections
+    qkv = qkv.view(B, T, 3, n_heads, d // n_heads)  # (B, T, 3, H, d_head)
+    qkv = qkv.permute(2, 0, 3, 1, 4)  # (3, B, H, T, d_head)
+    return qkv[0], qkv[1], qkv[2]
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_fused_qkv", "points": 1}
+# Against three separate projections, on labelled inputs where every channel has its own weight column.
+torch.manual_seed(3)
+x_f = torch.randn(2, 5, 12, dtype=torch.float64)  # (B, T, d_model)
+W_f = torch.randn(12, 36, dtype=torch.float64)  # (d_model, 3 d_model)
+q_f, k_f, v_f = fused_qkv(x_f, W_f, 3)
+for name, got, cols in (("q", q_f, slice(0, 12)), ("k", k_f, slice(12, 24)), ("v", v_f, slice(24, 36))):
+    want = (x_f @ W_f[:, cols]).view(2, 5, 3, 4).transpose(1, 2)  # (B, H, T, d_head)
+    expect_shape(got, (2, 3, 5, 4), f"fused_qkv's {name}", "Expected (B, H, T, d_head).")
+    expect_close(got, want, f"fused_qkv's {name} against x @ W_{name.upper()}, split into heads", atol=1e-9,
+                 hint="Cut the 3d columns into q, k, v first (d each, in that order), then each into heads "
+                      "through (B, T, H, d_head) and a transpose.")
+
+# %% nbgrader={"grade": true, "grade_id": "test_fused_qkv_hidden", "points": 2}
+# Hidden tests: fresh shapes and weights, against three separate projections.
+### BEGIN HIDDEN TESTS
+from mlbook.labs.lab04_transformer_block import hidden
+hidden.check_fused_qkv(fused_qkv)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# **Is it faster?** The same work, timed on this machine at B·T = 1,024 tokens and d = 512
+# (after a warm-up, the best of several repeats). On a GPU the gain comes mostly from one kernel
+# launch instead of three; on a CPU the matmul library is already efficient for (d, d) blocks,
+# so the difference may be small, and your numbers may differ from the reference run's.
+
+# %% nbgrader={"grade_id": "ext_fused_timing", "locked": true}
+import time
+
+
+def best_time(fn, repeats=5):
+    """Best wall time of fn() in milliseconds, after one warm-up call."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return 1000 * min(times)
+
+
+x_t = torch.randn(1024, 512)  # (B*T, d)
+W_t = torch.randn(512, 1536) / 512**0.5  # (d, 3d)
+Wq_t, Wk_t, Wv_t = (W_t[:, i * 512:(i + 1) * 512].contiguous() for i in range(3))  # three (d, d)
+fused_ms = best_time(lambda: x_t @ W_t)
+three_ms = best_time(lambda: (x_t @ Wq_t, x_t @ Wk_t, x_t @ Wv_t))
+print(f"one (d, 3d) matmul {fused_ms:.2f} ms, three (d, d) matmuls {three_ms:.2f} ms, "
+      f"same result: {bool(torch.allclose(x_t @ W_t, torch.cat([x_t @ Wq_t, x_t @ Wk_t, x_t @ Wv_t], -1), atol=1e-4))}")
+
+# %% [markdown]
+# ### E6. Other ways to give attention positions
+#
+# Section 3's sinusoids are added to the tokens. Three alternatives, compared on what can be
+# measured without training a model:
+# - **learned absolute positions**: a (T_max, d) table of parameters, `nn.Embedding(T_max, d)`,
+#   added to the tokens like the sinusoids. It has no row for position T_max or beyond;
+# - **ALiBi** (Press et al., 2022): no embedding at all; head h adds −m_h·(i − j) to the score of
+#   query i on key j ≤ i, with slopes m_h = 2^(−8h/H) for h = 1..H. Zero parameters, defined for
+#   any length; steep heads look locally, shallow heads far;
+# - **T5's relative buckets** (Raffel et al., 2020): one learned scalar per head and *bucket* of
+#   the distance i − j, added to the scores. Small distances get a bucket each; larger ones share
+#   logarithmically wider buckets up to `max_distance`, beyond which all share the last bucket.
+#
+# The bucket function, for a causal model (keys at or before the query):
+
+# %% nbgrader={"grade_id": "ext_t5_bucket", "locked": true}
+def t5_bucket(distance, num_buckets=32, max_distance=128):
+    """T5's bucket of distances i - j >= 0 (causal): exact below num_buckets // 2, then logarithmic.
+
+    Args:
+        distance: (...) integer tensor of i - j >= 0.
+    Returns:
+        (...) integer tensor of buckets in [0, num_buckets).
+    """
+    exact = num_buckets // 2
+    n = distance.clamp(min=0)  # (...)
+    log_bucket = exact + (torch.log(n.float().clamp(min=1) / exact) / math.log(max_distance / exact)
+                          * (num_buckets - exact)).long()  # (...)
+    return torch.where(n < exact, n, log_bucket.clamp(max=num_buckets - 1))  # (...)
+
+
+dist = torch.arange(0, 300)  # (300,) distances
+b = t5_bucket(dist)  # (300,)
+print("distance -> bucket:", {int(d): int(b[d]) for d in (0, 1, 15, 16, 20, 32, 64, 127, 128, 299)})
+print(f"{len(torch.unique(b))} buckets cover distances 0..299; distances 16..127 share "
+      f"{len(torch.unique(b[16:128]))} buckets, every distance >= 128 is bucket {int(b[128])}")
+
+# %% [markdown]
+# **Measured side by side.** For a length-T model with H = 8 heads and d = 512: how many
+# parameters each scheme holds, whether its effect on the scores depends on the
+# distance i − j only, by construction (so a pattern learnt at one place works at every place),
+# and whether it is defined for a sequence twice as long as training. Then ALiBi's slopes at work: with all content scores zero, how many
+# keys (exp of the entropy) does the last of 512 queries effectively read in each head?
+
+# %% nbgrader={"grade_id": "ext_positions_compare", "locked": true}
+T_tr, H_p, d_p = 512, 8, 512
+learned = nn.Embedding(T_tr, d_p)  # (T_max, d) table
+i, j = torch.arange(T_tr)[:, None], torch.arange(T_tr)[None, :]  # (T, 1), (1, T)
+slopes = 2.0 ** (-8 * torch.arange(1, H_p + 1) / H_p)  # (H,)
+alibi = -slopes[:, None, None] * (i - j).clamp(min=0)  # (H, T, T) bias, causal part used
+t5_table = torch.randn(H_p, 32)  # (H, num_buckets) learned scalars
+t5_bias = t5_table[:, t5_bucket(i - j)]  # (H, T, T)
+
+
+def shift_invariant(bias):
+    """Whether bias[i, j] equals bias[i + 1, j + 1] everywhere (depends on i - j only)."""
+    return bool(torch.equal(bias[..., 1:, 1:], bias[..., :-1, :-1]))
+
+
+with torch.no_grad():
+    learned_dots = learned.weight @ learned.weight.T  # (T, T): what position adds to q.k, through p_i . p_j
+print(f"learned absolute: {learned.weight.numel():,} parameters, p_i . p_j distance-only: "
+      f"{shift_invariant(learned_dots)}, position {2 * T_tr - 1} defined: {2 * T_tr - 1 < learned.num_embeddings}")
+print(f"ALiBi:            0 parameters, distance-only: {shift_invariant(alibi)}, defined at any length: True")
+print(f"T5 buckets:       {t5_table.numel()} parameters, distance-only: {shift_invariant(t5_bias)}, "
+      f"bucket of distance {2 * T_tr - 1}: {int(t5_bucket(torch.tensor(2 * T_tr - 1)))} (the last one)")
+w_last = alibi[:, -1, :].softmax(dim=-1)  # (H, T): the last query's weights, content scores zero
+eff_keys = torch.exp(-(w_last * w_last.clamp(min=1e-30).log()).sum(dim=-1))  # (H,)
+print("ALiBi slopes     ", [round(s, 4) for s in slopes.tolist()])
+print("effective keys   ", [round(e, 1) for e in eff_keys.tolist()])

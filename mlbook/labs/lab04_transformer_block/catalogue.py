@@ -106,6 +106,21 @@ MUTANTS = [
            cells={"apply_rope": patch("torch.as_tensor(positions, dtype=torch.float64)[:, None]",
                                       "torch.arange(x.shape[-2], dtype=torch.float64)[:, None]")},
            must_fail=("test_rope_properties", "test_apply_rope_hidden"), message=r"row index"),
+    Mutant(name="fused-per-head-layout",
+           misconception="the fused (B, T, 3d) output read as H blocks of [q_h | k_h | v_h] instead of [q | k | v]",
+           cells={"fused_qkv": (
+               patch("qkv.view(B, T, 3, n_heads, d // n_heads)  # (B, T, 3, H, d_head)",
+                     "qkv.view(B, T, n_heads, 3, d // n_heads)  # (B, T, H, 3, d_head)"),
+               patch("qkv.permute(2, 0, 3, 1, 4)", "qkv.permute(3, 0, 2, 1, 4)"))},
+           must_fail=("test_fused_qkv", "test_fused_qkv_hidden"), message=r"into q, k, v first"),
+    Mutant(name="fused-direct-view",
+           misconception="q, k, v each viewed straight as (B, H, T, d_head) after the fused matmul",
+           cells={"fused_qkv": (
+               patch("qkv.view(B, T, 3, n_heads, d // n_heads)  # (B, T, 3, H, d_head)",
+                     "qkv.view(B, T, 3, d).permute(2, 0, 1, 3)  # (3, B, T, d)"),
+               patch("qkv = qkv.permute(2, 0, 3, 1, 4)  # (3, B, H, T, d_head)",
+                     "qkv = qkv.reshape(3, B, n_heads, T, d // n_heads)  # (3, B, H, T, d_head) straight"))},
+           must_fail=("test_fused_qkv", "test_fused_qkv_hidden"), message=r"\(B, T, H, d_head\)"),
 ]
 
 ALTERNATIVES = [
@@ -323,5 +338,27 @@ ALTERNATIVES = [
         emb = torch.repeat_interleave(freqs, 2, dim=-1)
         rotated = torch.stack((-x[..., 1::2], x[..., 0::2]), dim=-1).reshape(x.shape)
     return x * emb.cos().to(x.dtype) + rotated * emb.sin().to(x.dtype)
+    Alternative(name="fused-chunk-split-heads",
+                description="one matmul, chunk(3) on the last axis, then split_heads on each",
+                cells={"fused_qkv": '''def fused_qkv(x, W_qkv, n_heads):
+    q, k, v = (x @ W_qkv).chunk(3, dim=-1)
+    return tuple(split_heads(t, n_heads) for t in (q, k, v))
+'''}),
+    Alternative(name="fused-einsum",
+                description="the weight unflattened to (d, 3, H, d_head) and one einsum straight into heads",
+                cells={"fused_qkv": '''def fused_qkv(x, W_qkv, n_heads):
+    d = x.shape[-1]
+    W = W_qkv.reshape(d, 3, n_heads, d // n_heads)
+    return torch.einsum("btd,dshc->sbhtc", x, W).unbind(0)
+'''}),
+    Alternative(name="fused-three-slices",
+                description="three matmuls on column slices of W_qkv, heads by reshape and permute",
+                cells={"fused_qkv": '''def fused_qkv(x, W_qkv, n_heads):
+    B, T, d = x.shape
+    outs = []
+    for role in range(3):
+        y = x @ W_qkv[:, role * d:(role + 1) * d]
+        outs.append(y.reshape(B, T, n_heads, -1).permute(0, 2, 1, 3))
+    return outs[0], outs[1], outs[2]
 '''}),
 ]

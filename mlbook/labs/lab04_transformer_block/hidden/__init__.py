@@ -28,11 +28,13 @@ The notebook calls ``hidden.check_x(...)``; the checks live by graded function i
 - ``block``      the TransformerBlock's wiring;
 - ``backward``   the NumPy attention_forward, attention_backward and score_bias_grad;
 - ``flops``      the cost question: FLOPs of one attention layer;
+- ``extension``  the optional extension's fused_qkv;
 and ``_common`` holds what they share.
 """
 
 from .backward import check_attention_backward, check_attention_forward, check_score_bias_grad
 from .block import check_block
+from .extension import check_fused_qkv
 from .flops import check_attention_flops
 from .heads import check_heads
 from .mha import check_mha
@@ -50,4 +52,5 @@ __all__ = [
     "check_attention_backward",
     "check_score_bias_grad",
     "check_attention_flops",
+    "check_fused_qkv",
 ]
