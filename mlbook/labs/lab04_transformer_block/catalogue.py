@@ -338,6 +338,7 @@ ALTERNATIVES = [
         emb = torch.repeat_interleave(freqs, 2, dim=-1)
         rotated = torch.stack((-x[..., 1::2], x[..., 0::2]), dim=-1).reshape(x.shape)
     return x * emb.cos().to(x.dtype) + rotated * emb.sin().to(x.dtype)
+'''}),
     Alternative(name="fused-chunk-split-heads",
                 description="one matmul, chunk(3) on the last axis, then split_heads on each",
                 cells={"fused_qkv": '''def fused_qkv(x, W_qkv, n_heads):
