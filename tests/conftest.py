@@ -18,11 +18,11 @@ from filelock import FileLock
 import debian_chromium
 from harness import GradedLab, grade_lab, load_graded
 
-# Seconds to grade each lab's catalogue in the sandbox on this 2-core machine (one worker each,
-# quiet machine, estimated from per-notebook times); used only to order the pre-grading,
-# heaviest first. Unknown labs count as 300 s.
-GRADING_COST_S = {"lab05_entropy_collapse": 420, "lab03_masks": 400, "lab04_transformer_block": 400,
-                  "lab01_hand_attention": 290, "lab06_chunked_attention": 260, "lab02_scaling": 150}
+# Seconds to grade each lab's catalogue in the sandbox on this 2-core machine (per-notebook
+# seconds from autograded/.mlbook-status.json times the catalogue's size, 2026-12-03); used only
+# to order the pre-grading, heaviest first. Unknown labs count as 300 s.
+GRADING_COST_S = {"lab05_entropy_collapse": 1900, "lab06_chunked_attention": 400, "lab04_transformer_block": 310,
+                  "lab03_masks": 200, "lab02_scaling": 150, "lab01_hand_attention": 130}
 
 _GRADED: dict[str, GradedLab] = {}
 

@@ -95,7 +95,10 @@ def failing_draws(lab: str, answers: dict[str, str], draws: int, cells: Iterable
     The first pass (``MLBOOK_SEED=0``) builds the namespace as a kernel would. Then each test
     cell (or only those named in ``cells``) is re-run with seeds 1, 2, ... up to ``draw_count``
     seeds in all (at most ``draws``; fewer for a costly cell, about ``seconds_per_cell`` of its
-    frozen cost).
+    frozen cost). A solution that differs from the reference in some answer cells is drawn from
+    the first of them on: the test cells above it run the reference's code on the reference's
+    namespace (a cell reads what the cells above it define), which the reference's own draws
+    cover, and run here in the first pass only.
 
     Returns:
         (the failing (cell, seed) pairs with their messages, cell -> how many seeds it ran on).
@@ -111,8 +114,13 @@ def failing_draws(lab: str, answers: dict[str, str], draws: int, cells: Iterable
     failures: list[DrawFailure] = []
     wanted = None if cells is None else set(cells)
     last = max((i for i, c in enumerate(nb.cells) if wanted is None or grade_id(c) in wanted), default=-1)
+    reference = solutions(lab)["reference"]
+    changed = [i for i, c in enumerate(nb.cells)
+               if is_answer(c) and answers.get(grade_id(c), reference.get(grade_id(c))) != reference.get(grade_id(c))]
+    first_changed = min(changed, default=0)  # the reference (nothing changed): every cell is drawn
+    drawn: set[str] = set()
     with _seed(0):
-        for cell in nb.cells[:last + 1]:  # the cells after the last one wanted cannot change its verdict
+        for i, cell in enumerate(nb.cells[:last + 1]):  # the cells after the last one wanted cannot change its verdict
             if cell.cell_type != "code":
                 continue
             source = answers.get(grade_id(cell), cell.source) if is_answer(cell) else cell.source
@@ -120,11 +128,13 @@ def failing_draws(lab: str, answers: dict[str, str], draws: int, cells: Iterable
             plt.close("all")
             if is_test(cell):
                 tests.append((grade_id(cell), source))
+                if i >= first_changed:
+                    drawn.add(grade_id(cell))
                 if error:
                     failures.append(DrawFailure(grade_id(cell), 0, error))
     ran: dict[str, int] = {}
     for gid, source in tests:
-        if wanted is not None and gid not in wanted:
+        if (wanted is not None and gid not in wanted) or gid not in drawn:
             continue
         count = draw_count(lab, gid, draws, seconds_per_cell)  # seeds 0 (the first pass) to count - 1
         for seed in range(1, count):

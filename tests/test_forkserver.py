@@ -77,8 +77,8 @@ def _notebook(*sources: str) -> nbformat.NotebookNode:
     return nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in sources])
 
 
-def _probe(warm: bool) -> dict:
-    result = execute_sandboxed(_notebook(PROBE), lab_plan(LAB, REPO.source(LAB)), Limits(), warm=warm)
+def _probe(warm: bool, lab: str = LAB) -> dict:
+    result = execute_sandboxed(_notebook(PROBE), lab_plan(lab, REPO.source(lab)), Limits(), warm=warm)
     assert result.error is None, result.log
     text = "".join(o.get("text", "") for o in result.notebook.cells[0].outputs)
     assert "PROBE" in text, result.notebook.cells[0].outputs
@@ -103,6 +103,15 @@ def test_a_warm_kernel_has_the_user_rights_and_view_of_a_fresh_one():
         {k: v for k, v in cold["env"].items() if k not in ignored}
     assert forkserver.shared() is not None, "no fork server: the warm kernel above was a cold one"
     assert max(warm["pids"]) < 10, f"the warm kernel sees processes outside its sandbox: {warm['pids']}"
+
+
+def test_only_a_lab_that_measures_memory_runs_with_the_allocator_set_for_it():
+    # lab 6 measures the kernel's memory from outside; lab 5's training loops would pay ~1.5x for the setting
+    for lab, measures in (("lab06_chunked_attention", True), ("lab05_entropy_collapse", False)):
+        for warm in (True, False):
+            env = _probe(warm, lab)["env"]
+            assert ("MALLOC_MMAP_THRESHOLD_" in env) == ("MALLOC_TRIM_THRESHOLD_" in env) == measures, (lab, warm, env)
+    assert forkserver.shared(True) is not forkserver.shared(False), "one warm server for both allocator settings"
 
 
 def test_nothing_a_warm_submission_leaves_behind_reaches_the_next():

@@ -86,6 +86,29 @@ sys.stdin.readline()
         child.wait(30)
 
 
+def test_older_children_can_be_left_out_while_the_ones_born_during_the_call_count():
+    busy = subprocess.Popen([sys.executable, "-c", """
+import sys
+sys.stdin.readline()
+block = bytearray(30 << 20); block[::4096] = b"x" * len(block[::4096])
+print("done", flush=True)
+sys.stdin.readline()
+"""], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        def busy_child_and_new_child():
+            busy.stdin.write("go\n")
+            busy.stdin.flush()
+            assert busy.stdout.readline() == "done\n"  # an older child grew by 30 MiB: not the call's
+            subprocess.run([sys.executable, "-c", "b = bytearray(20 << 20); b[::4096] = b'x' * len(b[::4096])"],
+                           check=True, timeout=60)  # born during the call: the call's
+
+        _, grown = procmem.measure(os.getpid(), busy_child_and_new_child, only_new_descendants=True)
+        assert 19 * MiB < grown < 29 * MiB
+    finally:
+        busy.stdin.close()
+        busy.wait(30)
+
+
 def test_a_child_born_and_reaped_during_the_call_is_counted_by_its_faults():
     def run_child():
         subprocess.run([sys.executable, "-c", "b = bytearray(30 << 20); b[::4096] = b'x' * len(b[::4096])"],

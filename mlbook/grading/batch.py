@@ -27,6 +27,7 @@ from mlbook.nbgrader_env import api_for, load_config
 from mlbook.sandbox import bwrap, forkserver
 from mlbook.sandbox.limits import Limits
 from mlbook.judge.plan import plan_from_text
+from mlbook.labs import settings
 from mlbook.grading.status import ERROR, GRADED, Attempt, StatusStore
 from mlbook.grading.executors import DaskExecutor, LocalExecutor, Task
 from mlbook.grading.intake import discard
@@ -125,7 +126,8 @@ def autograde_labs(
     if options.sandboxed and (problem := bwrap.problem()):
         raise MlbookError(f"cannot start the grading sandbox: {problem}")
     if options.sandboxed and not options.scheduler:
-        forkserver.warm_up()  # preloads while the first submissions are prepared
+        for measures_memory in {settings(lab).measures_memory for lab, _ in todo}:
+            forkserver.warm_up(measures_memory)  # preloads while the first submissions are prepared
     api = api_for(course)
     for lab in dict.fromkeys(lab for lab, _ in todo):
         if not assignment_registered(course, lab):

@@ -17,7 +17,8 @@ Each lab may declare in ``mlbook/labs/<lab>/__init__.py``:
   when that cell exists), so a visible test reading values that given cells computed in the
   kernel still needs the hidden checks of the functions behind them;
 - ``NOT_REPLAYED``: test cells whose code cannot run outside the kernel (they hand a grader
-  object to a student's function); they are decided by their covering cells alone.
+  object to a student's function); they are decided by their covering cells alone;
+- ``MEASURES_MEMORY``: its checks measure the kernel's memory (the sandbox is set up for it).
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ class LabPlan:
     cells: dict[str, CellPlan]
     prelude: list[ast.stmt] = field(default_factory=list)  # trusted imports and defs, in order
     prelude_code: object = None  # compiled when the plan is built
+    measures_memory: bool = False  # the lab's MEASURES_MEMORY
 
     def fresh_namespace(self, lookup) -> "KernelNamespace":
         ns = KernelNamespace(lookup)
@@ -173,4 +175,5 @@ def _build(lab: str, nb) -> LabPlan:
     # process-wide state that concurrent compile() calls can corrupt (python/cpython#106905).
     prelude = _prelude(nb)
     module = ast.fix_missing_locations(ast.Module(body=list(prelude), type_ignores=[]))
-    return LabPlan(lab, cells, prelude, compile(module, f"<{lab} given cells>", "exec"))
+    return LabPlan(lab, cells, prelude, compile(module, f"<{lab} given cells>", "exec"),
+                   measures_memory=declared.measures_memory)

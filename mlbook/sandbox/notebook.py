@@ -71,9 +71,11 @@ def execute_sandboxed(nb: NotebookNode, plan: LabPlan, limits: Limits = Limits()
         control, runner_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         sandbox = _Sandbox()
         with Judge(plan, sock, call_timeout=limits.cell_seconds + 30, control=control,
-                   test_cells=test_cell_indices(instrumented, plan), memory_root=lambda: sandbox.pid) as judge:
+                   test_cells=test_cell_indices(instrumented, plan),
+                   memory_root=(lambda: sandbox.pid) if plan.measures_memory else (lambda: None)) as judge:
             try:
-                raw, error, log = _run_runner(submission, sock, limits, sandboxed, warm, runner_end, sandbox)
+                raw, error, log = _run_runner(submission, sock, limits, sandboxed, warm, runner_end, sandbox,
+                                              plan.measures_memory)
             finally:
                 runner_end.close()
             judge.close(wait=5.0)
@@ -142,23 +144,24 @@ def _runner_args(notebook: str, limits: Limits, control_fd: int) -> list[str]:
             "--max-cell-lines", str(limits.cell_output_lines), "--control-fd", str(control_fd)]
 
 
-def _run_runner(submission: Path, sock: Path, limits: Limits, sandboxed: bool,
-                warm: bool, control: socket.socket, sandbox: _Sandbox) -> tuple[bytes, str | None, str]:
+def _run_runner(submission: Path, sock: Path, limits: Limits, sandboxed: bool, warm: bool, control: socket.socket,
+                sandbox: _Sandbox, measures_memory: bool) -> tuple[bytes, str | None, str]:
     """Run the runner (in bubblewrap unless opted out); return (stdout of --out-fd, error, stderr).
 
     In a sandbox, the runner is a warm fork from the fork server when one is available, and a
-    fresh interpreter otherwise; both see the same sandbox."""
-    server = forkserver.shared() if sandboxed and warm else None
+    fresh interpreter otherwise; both see the same sandbox. ``measures_memory``: the lab's checks
+    measure the kernel's memory (``bwrap.environment``)."""
+    server = forkserver.shared(measures_memory) if sandboxed and warm else None
     if server is not None:
         try:
-            return _run_warm(server, submission, sock, limits, control, sandbox)
+            return _run_warm(server, submission, sock, limits, control, sandbox, measures_memory)
         except _NotStarted as exc:  # nothing of the submission ran yet: start it cold instead
             print(f"mlbook: a warm kernel did not start ({exc}); starting this notebook cold", file=sys.stderr)
     read_fd, write_fd = os.pipe()
     inner = [sys.executable, "-m", "mlbook_kernel.runner",
              *_runner_args(bwrap.SUBMISSION if sandboxed else str(submission), limits, control.fileno()),
              "--out-fd", str(write_fd)]
-    env, filter_fds = bwrap.environment(), ()
+    env, filter_fds = bwrap.environment(measures_memory=measures_memory), ()
     if sandboxed:
         filter_fds = (bwrap.seccomp_fd(),)
         argv, run_env = bwrap.command(inner, submission, sock, bwrap.fresh_uid(), limits.scratch_bytes, env,
@@ -198,12 +201,13 @@ def _run_runner(submission: Path, sock: Path, limits: Limits, sandboxed: bool,
 
 
 def _run_warm(server: forkserver.ForkServer, submission: Path, sock: Path, limits: Limits,
-              control: socket.socket, sandbox: _Sandbox) -> tuple[bytes, str | None, str]:
+              control: socket.socket, sandbox: _Sandbox, measures_memory: bool) -> tuple[bytes, str | None, str]:
     """The runner as a warm fork: build the empty sandbox, have the fork server enter it."""
     info_r, info_w = os.pipe()
     stderr_file = tempfile.TemporaryFile()
     uid, filter_fd = bwrap.fresh_uid(), bwrap.seccomp_fd()
-    argv = bwrap.placeholder_command(submission, sock, uid, limits.scratch_bytes, bwrap.environment(), info_w,
+    env = bwrap.environment(measures_memory=measures_memory)
+    argv = bwrap.placeholder_command(submission, sock, uid, limits.scratch_bytes, env, info_w,
                                      filter_fd)
     try:
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr_file,
@@ -227,7 +231,7 @@ def _run_warm(server: forkserver.ForkServer, submission: Path, sock: Path, limit
         os.close(info_r)
     read_fd, write_fd = os.pipe()
     request = {"placeholder_pid": init_pid, "uid": uid, "cwd": bwrap.HOME,
-               "env": bwrap.environment(), "rlimits": limits.rlimits(),
+               "env": env, "rlimits": limits.rlimits(),
                "runner_args": _runner_args(bwrap.SUBMISSION, limits, forkserver.CONTROL_FD)}
     sandbox.pid = init_pid  # the sandbox's init: measurements cover its whole pid namespace
     try:

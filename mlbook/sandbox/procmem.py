@@ -51,7 +51,8 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-__all__ = ["MeasurementError", "TreePeak", "measure", "settle_own_allocator", "socket_peer", "require_in_tree",
+__all__ = ["MeasurementError", "TreePeak", "measure", "settle_own_allocator", "restore_own_allocator", "socket_peer",
+           "require_in_tree",
            "PAGE_BYTES", "MMAP_THRESHOLD", "TRIM_THRESHOLD"]
 
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -65,6 +66,7 @@ PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 MMAP_THRESHOLD = 128 * 1024
 TRIM_THRESHOLD = 128 * 1024
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt parameters (malloc.h)
+DYNAMIC_MMAP_MAX = 32 * 1024 * 1024  # glibc's DEFAULT_MMAP_THRESHOLD_MAX on 64-bit systems
 
 
 class MeasurementError(RuntimeError):
@@ -109,11 +111,12 @@ def _pid_namespace(pid: int | str) -> str | None:
         return None
 
 
-def _tree(root: int) -> dict[int, _Proc]:
+def _tree(root: int, pruned: frozenset[tuple[int, int]] = frozenset()) -> dict[int, _Proc]:
     """The measured processes now: every process of ``root``'s pid namespace when that is not
     the grader's own (a sandbox: whatever its processes do, none leaves its namespace, while a
     parent that entered it from outside leaves its orphans to be re-parented outside the tree),
-    else ``root`` and all its descendants."""
+    else ``root`` and all its descendants, except the subtrees of the processes in ``pruned``
+    ((pid, start time) pairs)."""
     try:
         pids = [int(name) for name in os.listdir("/proc") if name.isdigit()]
     except OSError as exc:
@@ -133,7 +136,7 @@ def _tree(root: int) -> dict[int, _Proc]:
     found, todo = {}, [root]
     while todo:
         pid = todo.pop()
-        if pid not in found:
+        if pid not in found and (pid, procs[pid].started) not in pruned:
             found[pid] = procs[pid]
             todo.extend(children.get(pid, ()))
     return found
@@ -258,25 +261,47 @@ def settle_own_allocator(release: bool = False) -> None:
             _plugs.append(block)
 
 
+def restore_own_allocator() -> None:
+    """Undo ``settle_own_allocator`` for speed, after an in-process measurement: glibc's thresholds
+    set to the largest values its own dynamic rule reaches (mmap 32 MiB, trim twice that), so that
+    blocks freed and allocated again come from the heap, not from fresh, faulted-in mappings
+    (with the measuring thresholds lab 5's training ran about 2x slower). The plugs stay."""
+    lib = _glibc()
+    if lib:
+        lib.mallopt(_M_MMAP_THRESHOLD, DYNAMIC_MMAP_MAX)
+        lib.mallopt(_M_TRIM_THRESHOLD, 2 * DYNAMIC_MMAP_MAX)
+
+
 @dataclass
 class TreePeak:
     """Context manager: the peak memory growth of ``root``'s process tree during the block.
 
     ``bytes`` (after the block): the growth described in the module's docstring;
     ``per_process``: pid -> its part of it (reaped children under the pid that reaped them).
+    ``only_new_descendants``: for a ``root`` in the grader's own pid namespace, measure ``root``
+    and what is born under it during the block, not the descendants it had before (with their
+    subtrees). For a call made in this very process, whose other children are not the call's:
+    a test runner's browser or server, whose memory moves by megabytes on its own, once failed
+    a correct answer's memory check. Never for a sandbox, where every process is the submission's.
     """
 
     root: int
+    only_new_descendants: bool = False
     bytes: int = field(default=0, init=False)
     per_process: dict[int, int] = field(default_factory=dict, init=False)
     _before: dict[int, _Proc] = field(default_factory=dict, init=False, repr=False)
     _base: dict[int, int] = field(default_factory=dict, init=False, repr=False)
     _idle: dict[int, int] = field(default_factory=dict, init=False, repr=False)
+    _pruned: frozenset[tuple[int, int]] = field(default=frozenset(), init=False, repr=False)
 
     def __enter__(self) -> "TreePeak":
         if self.root == os.getpid() or os.getpid() in _tree(self.root):
             settle_own_allocator()
         tree = _tree(self.root)
+        if self.only_new_descendants and _pid_namespace(self.root) == _pid_namespace("self"):
+            self._pruned = frozenset((pid, proc.started) for pid, proc in tree.items()
+                                     if proc.ppid == self.root and pid != self.root)
+            tree = _tree(self.root, self._pruned)
         # a zombie (ended, not yet reaped) holds no memory: it is not measured, before or after
         self._idle = {pid: proc.started for pid, proc in tree.items() if _memory(pid) is None}
         self._before = {pid: proc for pid, proc in tree.items() if pid not in self._idle}
@@ -301,7 +326,7 @@ class TreePeak:
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is not None:
             return  # the call's own error goes on; there is nothing to measure
-        after = _tree(self.root)
+        after = _tree(self.root, self._pruned)
         per: dict[int, int] = {}
         for pid, proc in self._before.items():
             now = self._same(proc)
@@ -321,12 +346,13 @@ class TreePeak:
         self.bytes = sum(per.values())
 
 
-def measure(root: int, call: Callable, *args: Any, **kwargs: Any) -> tuple[Any, int]:
+def measure(root: int, call: Callable, *args: Any, only_new_descendants: bool = False,
+            **kwargs: Any) -> tuple[Any, int]:
     """Run ``call(*args, **kwargs)``; return (its result, the peak memory growth of ``root``'s tree in bytes).
 
     Raises:
         MeasurementError: the tree could not be measured (see the module's docstring).
     """
-    with TreePeak(root) as peak:
+    with TreePeak(root, only_new_descendants=only_new_descendants) as peak:
         result = call(*args, **kwargs)
     return result, peak.bytes
