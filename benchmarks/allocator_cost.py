@@ -1,0 +1,78 @@
+"""Benchmark: what the memory-measuring allocator setting costs a lab that does not measure memory.
+
+    .venv/bin/python benchmarks/allocator_cost.py [--lab lab05_entropy_collapse] [--notebooks 2]
+
+A lab whose hidden checks measure the kernel's memory (``MEASURES_MEMORY``, lab 6) runs its
+sandboxes with glibc set so that resident memory follows what the kernel holds
+(``mlbook.sandbox.bwrap.environment``); every other lab runs with glibc's defaults. This grades
+the same reference notebooks of ``--lab`` twice, sandboxed with warm kernels and one worker,
+first as the lab is declared, then with its plan marked as measuring memory, and prints the
+seconds per notebook of each run and their ratio. Run it on a quiet machine, as root.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from mlbook.authoring import submissions  # noqa: E402
+from mlbook.course import Course  # noqa: E402
+from mlbook.grading import GradingOptions, autograde  # noqa: E402
+from mlbook.judge import plan as plans  # noqa: E402
+
+
+def grade(lab: str, notebooks: int, measures_memory: bool, root: Path) -> list[float]:
+    """Seconds per notebook of one sandboxed batch of ``notebooks`` reference submissions."""
+    course = Course(REPO).scratch_copy(root, [lab])
+    course.release(lab).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(Course(REPO).release(lab), course.release(lab))
+    for i in range(notebooks):
+        submissions.submit(course, f"s{i}", lab, submissions.reference(course, lab))
+    build = plans._build
+
+    def marked(lab_name, nb):
+        plan = build(lab_name, nb)
+        plan.measures_memory = measures_memory or plan.measures_memory
+        return plan
+
+    plans._cache.clear()
+    plans._build = marked
+    try:
+        autograde(course, lab, force=True, progress=False, options=GradingOptions(workers=1))
+    finally:
+        plans._build = build
+        plans._cache.clear()
+    status = json.loads((course.root / "autograded" / ".mlbook-status.json").read_text())
+    bad = [s for s in status.values() if s["status"] != "graded"]
+    if bad:
+        raise SystemExit(f"a reference notebook was not graded: {bad[0]}")
+    return [s["seconds"] for s in status.values()]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lab", default="lab05_entropy_collapse")
+    parser.add_argument("--notebooks", type=int, default=2)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="mlbook-allocator-") as scratch:
+        started = time.perf_counter()
+        plain = grade(args.lab, args.notebooks, False, Path(scratch) / "plain")
+        measuring = grade(args.lab, args.notebooks, True, Path(scratch) / "measuring")
+    a, b = statistics.median(plain), statistics.median(measuring)
+    print(f"{args.lab}, {args.notebooks} reference notebook(s) per run, sandboxed, warm kernels, one worker")
+    print(f"  glibc defaults (as the lab runs):      {', '.join(f'{s:.1f}' for s in plain)} s per notebook")
+    print(f"  memory-measuring allocator (lab 6's):  {', '.join(f'{s:.1f}' for s in measuring)} s per notebook")
+    print(f"  ratio of the medians: {b / a:.2f}x   ({time.perf_counter() - started:.0f} s in all)")
+
+
+if __name__ == "__main__":
+    main()
