@@ -25,7 +25,9 @@ class RefuseAutograde(JupyterHandler):
     @web.authenticated
     def post(self, lab: str, student: str) -> None:
         self.log.warning("formgrader Autograde of %s/%s refused: mlbook autograde grades in the sandbox", lab, student)
-        self.set_header("Content-Type", "application/json")
+        # As nbgrader's own handler answers (JSON text, tornado's default text/html type): the formgrader's
+        # page calls JSON.parse on the reply, which fails on a reply jQuery has already parsed as JSON, and
+        # then shows no dialog at all.
         self.finish(json.dumps({"success": False, "error": MESSAGE.format(lab=lab, student=student),
                                 "log": MESSAGE.format(lab=lab, student=student)}))
 

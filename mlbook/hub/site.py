@@ -136,11 +136,20 @@ def write_site(site: HubSite) -> Path:
                   f"c.LabApp.app_dir = {str(Path(sys.prefix) / 'share' / 'jupyter' / 'lab')!r}"]
         if role == "staff":
             server.append("c.ServerApp.jpserver_extensions = {'mlbook.hub.guard': True}")
+            # JupyterHub's single-user servers refuse every frame ('none'); the formgrader panel is a frame of
+            # the server's own pages, so staff servers allow frames of their own origin, and only those.
+            server.append("c.ServerApp.tornado_settings = {'headers': {'Content-Security-Policy': "
+                          "\"frame-ancestors 'self'\"}}")
         else:  # no formgrader or assignment creation for students
             server.append("c.ServerApp.jpserver_extensions = {'nbgrader.server_extensions.formgrader': False}")
         for name in ("jupyter_server_config.py", "jupyter_lab_config.py"):
             (profile / "config" / name).write_text("\n".join(server) + "\n")
-        (profile / "config" / "nbgrader_config.py").write_text(site.exchange.config_lines())
+        nbgrader_config = site.exchange.config_lines()
+        if role == "staff":
+            # A user's server starts in the home folder: without the course's root named, the formgrader
+            # takes the home for it and, the course lying outside the server's root, shows only an error.
+            nbgrader_config += f"c.CourseDirectory.root = {str(site.course_root)!r}\n"
+        (profile / "config" / "nbgrader_config.py").write_text(nbgrader_config)
         for path in [profile, *profile.rglob("*")]:
             os.chmod(path, 0o755 if path.is_dir() else 0o644)
     secret = site.folder / "cookie_secret"

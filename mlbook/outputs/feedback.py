@@ -11,6 +11,7 @@ score line below it already counts the penalty (the gradebook's is brought up to
 from __future__ import annotations
 
 import html
+import os
 from pathlib import Path
 
 from mlbook.course import Course
@@ -54,7 +55,11 @@ def _add_late_box(page: Path, result, policy: str) -> None:
                            due=result.due.strftime("%Y-%m-%d %H:%M UTC"),
                            extended=" (your extension)" if result.extended else "")
     head, sep, rest = text.partition("<body>")
+    mode = page.stat().st_mode & 0o777
     write_atomic(page, head + sep + "\n" + box + rest if sep else box + text)
+    # the page keeps nbgrader's mode (0644): a new file takes the grader's umask (0660 with the staff
+    # group's 007), nbgrader's release copies the mode into the exchange, and the student could not read it
+    os.chmod(page, mode)
 
 
 def generate_feedback(course: Course, lab: str, students: list[str] | None = None) -> list[Path]:

@@ -4,14 +4,19 @@ The tests of this module run in order and build on each other (one class, one la
 1. the instructor sees the formgrader; the grading account releases lab 1 to the exchange;
 2. student A fetches it in the Assignments tab, pastes the reference answers, validates, submits;
    student B submits a misconception mutant, then the reference (the later attempt wins);
-3. the grading account collects and runs ``mlbook autograde`` (sandboxed);
+   the lab falls due (``course.toml``); student C submits after it;
+3. the grading account collects and runs ``mlbook autograde`` (sandboxed); C's work is late and
+   penalised as ``course.toml``'s policy says, A's and B's is not;
 4. the TA presses the formgrader's Autograde button: it runs nothing and points to ``mlbook autograde``;
-5. feedback is written and released; A and B fetch theirs in the browser and see their own
-   score and messages, no hidden test, nobody else's work.
+5. feedback is written and released; A, B and C fetch theirs in the browser and see their own
+   score and messages (C the late penalty), no hidden test, nobody else's work.
 """
 
 from __future__ import annotations
 
+import csv
+import datetime as dt
+import json
 import re
 import shutil
 import time
@@ -140,33 +145,88 @@ def test_03_student_b_resubmits(pages, people, site, course, exchange, shots):
     assert len(attempts_in_exchange(exchange, b)) == 2
 
 
+LATE_PERCENT = 10  # the hub course's policy: 10 % of the score earned per started day late
+
+
+def make_lab_due_now(course) -> dt.datetime:
+    """Give the hub's course a schedule (``course.toml``) in which lab 1 is due a second from now,
+    without grace: what A and B submitted is on time, what C submits next is late."""
+    due = dt.datetime.now(dt.timezone.utc).replace(microsecond=0) + dt.timedelta(seconds=1)
+    (course.root / "course.toml").write_text(
+        'timezone = "UTC"\n\n[late]\npolicy = "per_day"\n'
+        f"percent = {LATE_PERCENT}\ncap_percent = 50\ngrace_minutes = 0\n\n[labs.{LAB}]\n"
+        f"release = {due - dt.timedelta(days=7):%Y-%m-%dT%H:%M:%S}\ndue = {due:%Y-%m-%dT%H:%M:%S}\n")
+    while dt.datetime.now(dt.timezone.utc) <= due:
+        time.sleep(0.2)
+    return due
+
+
+def test_03b_student_c_submits_after_the_due_date(pages, people, site, course, exchange, shots):
+    make_lab_due_now(course)
+    c = people.students["C"]
+    page = pages(c)
+    fetch(page, site, c, exchange, shots, "c")
+    fill_and_save(page, answers(course))
+    close_all(page)
+    submit(page, site, c, exchange, 1)
+    snap(page, shots, "c-submitted-late")
+    assert len(attempts_in_exchange(exchange, c)) == 1
+
+
 def test_04_collect_and_autograde(people, course, exchange):
     out = mlbook(course, "hub", "collect", LAB)
-    a, b = people.students["A"].name, people.students["B"].name
-    assert f"collected 2 new attempt(s)" in out and a in out and b in out, out
+    a, b, c = (people.students[key].name for key in "ABC")
+    assert f"collected 3 new attempt(s)" in out and a in out and b in out and c in out, out
     newest_b = attempts_in_exchange(exchange, people.students["B"])[-1]
     assert (course.submitted(b, LAB) / "timestamp.txt").read_text() == (newest_b / "timestamp.txt").read_text()
     again = mlbook(course, "hub", "collect", LAB)
-    assert "collected 0 new attempt(s)" in again and "2 unchanged" in again, again
+    assert "collected 0 new attempt(s)" in again and "3 unchanged" in again, again
     graded = mlbook(course, "autograde", LAB, "--quiet")
     assert "errors 0" in graded, graded
     with Gradebook(course.db_url) as gb:
-        for student in (a, b):
+        for student in (a, b, c):
             sub = gb.find_submission(LAB, student)
             assert sub.code_score == sub.max_code_score > 0, (student, sub.code_score, sub.max_code_score)
+    mlbook(course, "export")
+    with open(course.root / "exports" / "grades.csv", newline="") as handle:
+        rows_by_student = {row["student"]: row for row in csv.DictReader(handle) if row["lab"] == LAB}
+    for student in (a, b):  # handed in before the due date: on time, no penalty
+        row = rows_by_student[student]
+        assert dt.datetime.fromisoformat(row["submitted_at"]) <= dt.datetime.fromisoformat(row["due"]), row
+        assert float(row["late_penalty"]) == 0 and float(row["score"]) == float(row["raw_score"]) > 0, row
+    late = rows_by_student[c]
+    raw = float(late["raw_score"])
+    assert dt.datetime.fromisoformat(late["submitted_at"]) > dt.datetime.fromisoformat(late["due"]), late
+    assert float(late["hours_late"]) < 1, late  # minutes after the due date
+    assert float(late["late_penalty"]) == pytest.approx(raw * LATE_PERCENT / 100), late
+    assert float(late["score"]) == pytest.approx(raw * (1 - LATE_PERCENT / 100)), late
 
 
 def test_05_formgrader_autograde_button_runs_nothing(pages, people, site, course, shots):
-    """The formgrader's Autograde request, sent from the TA's logged-in browser session, runs
-    nothing and answers with the pointer to ``mlbook autograde`` (the formgrader shows that
-    answer as the button's error)."""
+    """The TA clicks Autograde (the flash icon of A's row in Manage Submissions): it runs nothing and
+    the formgrader's error dialog points to ``mlbook autograde``; the button's request, sent from the
+    TA's session, gets the same answer."""
     page = pages(people.ta)
     a = people.students["A"].name
     before = sorted(p.relative_to(course.root).as_posix() for p in (course.root / "autograded").rglob("*"))
+    manage = page.context.new_page()
+    manage.goto(server_url(site.url, people.ta) + f"formgrader/manage_submissions/{LAB}")
+    try:
+        manage.locator("#main-table td.autograde a").first.wait_for(timeout=90_000)
+    except Exception:
+        shots.take(manage, "ta-manage-submissions-not-listed")
+        raise AssertionError(f"Manage Submissions lists no submission to autograde: {manage.locator('body').inner_text()[:1500]}")
+    row = manage.locator("#main-table tr", has=manage.locator("td.student-id", has_text=a))
+    row.locator("td.autograde a").click(timeout=ACTION_TIMEOUT_MS)
+    dialog = manage.locator("#error-modal")
+    dialog.wait_for(state="visible", timeout=ACTION_TIMEOUT_MS)
+    shots.take(manage, "ta-autograde-button-refused")
+    assert "mlbook autograde" in dialog.inner_text(), dialog.inner_text()
+    manage.close()
     reply = page.request.post(server_url(site.url, people.ta) + f"formgrader/api/submission/{LAB}/{a}/autograde",
                               headers={"X-XSRFToken": xsrf(page)})
     assert reply.ok, reply.status
-    said = reply.json()
+    said = json.loads(reply.text())
     assert said["success"] is False and "mlbook autograde" in said["error"], said
     from labpage import menu
 
@@ -183,10 +243,11 @@ def xsrf(page) -> str:
 
 def test_06_feedback_fetched_in_browser(pages, people, site, course, exchange, shots):
     out = mlbook(course, "hub", "feedback", LAB)
-    assert "2 released" in out, out
-    with Gradebook(course.db_url) as gb:
-        scores = {s: gb.find_submission(LAB, s).score for s in (people.students["A"].name, people.students["B"].name)}
-    for key in ("A", "B"):
+    assert "3 released" in out, out
+    with Gradebook(course.db_url) as gb:  # nbgrader's page shows the score less the late penalty
+        submitted = {s: gb.find_submission(LAB, s) for s in (p.name for p in people.students.values())}
+        scores = {s: sub.score - (sub.late_submission_penalty or 0) for s, sub in submitted.items()}
+    for key in ("A", "B", "C"):
         person = people.students[key]
         page = pages(person)
         close_all(page)
@@ -209,6 +270,13 @@ def test_06_feedback_fetched_in_browser(pages, people, site, course, exchange, s
         total = re.search(r"Score:\s*([\d.]+)\s*/\s*([\d.]+)", text)
         assert total, text[:1000]
         assert float(total.group(1)) == pytest.approx(scores[person.name]), (person.name, total.group(0))
+        late_box = re.search(r"Late submission\..*?late penalty \(([^)]*)\): .([\d.]+); score: ([\d.]+)", text, re.S)
+        if key == "C":
+            assert late_box, f"C's feedback does not show the late penalty: {text[:1500]}"
+            assert float(late_box.group(2)) > 0 and "per started day" in late_box.group(1), late_box.group(0)
+            assert float(late_box.group(3)) == pytest.approx(float(total.group(1))), late_box.group(0)
+        else:
+            assert not late_box, f"{key}'s feedback shows a late penalty for work handed in on time"
         assert "BEGIN HIDDEN" not in text and "END HIDDEN" not in text
         others = [p.name for p in people.students.values() if p.name != person.name]
         assert not any(o in text for o in others), f"{person.name}'s feedback names another student"
