@@ -64,14 +64,19 @@ print(min(procmem.measure(os.getpid(), fill)[1] for _ in range(3)))
     assert measured(True) > 2.5 * MiB
 
 
-def test_a_child_that_allocates_during_the_call_is_counted():
-    child = subprocess.Popen([sys.executable, "-c", """
+def _allocating_child() -> subprocess.Popen:
+    """A child that, on each line it reads, first fills 30 MiB and says "done", then waits."""
+    return subprocess.Popen([sys.executable, "-c", """
 import sys
 sys.stdin.readline()
 block = bytearray(30 << 20); block[::4096] = b"x" * len(block[::4096])
 print("done", flush=True)
 sys.stdin.readline()
 """], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+
+def test_a_child_that_allocates_during_the_call_is_counted():
+    child = _allocating_child()
     try:
         def ask():
             child.stdin.write("go\n")
@@ -87,13 +92,7 @@ sys.stdin.readline()
 
 
 def test_older_children_can_be_left_out_while_the_ones_born_during_the_call_count():
-    busy = subprocess.Popen([sys.executable, "-c", """
-import sys
-sys.stdin.readline()
-block = bytearray(30 << 20); block[::4096] = b"x" * len(block[::4096])
-print("done", flush=True)
-sys.stdin.readline()
-"""], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    busy = _allocating_child()
     try:
         def busy_child_and_new_child():
             busy.stdin.write("go\n")
