@@ -32,7 +32,10 @@ from harness import REPO
 class DrawFailure:
     cell: str  # the test cell's grade_id
     seed: int
-    message: str
+    message: str  # the whole error, as the feedback would show it
+
+    def __str__(self) -> str:
+        return f"{self.cell} with MLBOOK_SEED={self.seed}: {self.message.splitlines()[0][:300]}"
 
 
 @functools.cache
@@ -65,7 +68,7 @@ def _seed(seed: int) -> Iterator[None]:
 
 
 def _run(source: str, namespace: dict) -> str | None:
-    """Execute one cell; the last error line when it raised, None when it did not."""
+    """Execute one cell; its error as the grader words it (``Type: message``), None when it did not raise."""
     try:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), \
                 warnings.catch_warnings():
@@ -74,7 +77,7 @@ def _run(source: str, namespace: dict) -> str | None:
     except BaseException as exc:  # noqa: BLE001 - a test cell's failure is data here
         if isinstance(exc, KeyboardInterrupt):
             raise
-        return f"{type(exc).__name__}: {exc}".splitlines()[0][:400] if str(exc) else type(exc).__name__
+        return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     return None
 
 

@@ -1,6 +1,7 @@
-"""Correct work keeps its points under load: 200 correct notebooks of three labs graded in one
+"""Correct work keeps its points under load: 60 correct notebooks of three labs graded in one
 batch, four sandboxes (and so four judges, threads of one grader process) at once on two cores
-whatever the load, every one at full marks.
+whatever the load, every one at full marks. ``MLBOOK_CONCURRENCY_NOTEBOOKS=200`` grades more (a
+race that loses one notebook in a few hundred needs that many; 200 took about 15 min of CI).
 
 The notebooks are each lab's reference and every catalogued alternative correct solution, in
 turn. A judge that shares process-wide state with another (an AST built by two threads at
@@ -11,6 +12,7 @@ student losing a point, or as a grader error.
 from __future__ import annotations
 
 import itertools
+import os
 import shutil
 
 import pytest
@@ -23,11 +25,11 @@ from mlbook.outputs.results import collect
 from mlbook.grading.status import GRADED
 
 LABS = ("lab01_hand_attention", "lab02_scaling", "lab04_transformer_block")
-NOTEBOOKS = 200
+NOTEBOOKS = int(os.environ.get("MLBOOK_CONCURRENCY_NOTEBOOKS", "60"))
 pytestmark = [pytest.mark.xdist_group("concurrency"), pytest.mark.slow]
 
 
-def test_two_hundred_correct_notebooks_graded_at_once_all_earn_full_marks(tmp_path):
+def test_correct_notebooks_graded_four_at_once_all_earn_full_marks(tmp_path):
     course = REPO.scratch_copy(tmp_path / "class", list(LABS))
     for lab in LABS:
         course.release(lab).parent.mkdir(parents=True, exist_ok=True)
