@@ -7,6 +7,7 @@ clock, never by code running inside the sandbox.
 from __future__ import annotations
 
 import resource
+import signal
 from dataclasses import dataclass, replace
 
 GiB = 2**30
@@ -56,6 +57,13 @@ class Limits:
                 (resource.RLIMIT_FSIZE, self.file_bytes), (resource.RLIMIT_CORE, 0)]
 
     def apply_rlimits(self) -> None:
-        """Set the rlimits on the calling process (a ``preexec_fn``): inherited by the sandbox."""
+        """Set the rlimits on the calling process (a ``preexec_fn``): inherited by the sandbox.
+
+        Also gives SIGHUP, SIGTERM and SIGCHLD their default action, as the fork server does for
+        warm kernels: an ignored signal survives exec, so a grader started under ``nohup`` would
+        otherwise hand its cold kernels a SIGHUP they ignore, and they would differ from warm ones.
+        """
+        for sig in (signal.SIGHUP, signal.SIGTERM, signal.SIGCHLD):
+            signal.signal(sig, signal.SIG_DFL)
         for which, value in self.rlimits():
             resource.setrlimit(which, (value, value))
