@@ -1,7 +1,7 @@
 """Correct work keeps its points under load: 60 correct notebooks of three labs graded in one
 batch, four sandboxes (and so four judges, threads of one grader process) at once on two cores
 whatever the load, every one at full marks. ``MLBOOK_CONCURRENCY_NOTEBOOKS=200`` grades more (a
-race that loses one notebook in a few hundred needs that many; 200 took about 15 min of CI).
+race that loses one notebook in a few hundred needs that many; 200 took 20 min of a CI worker).
 
 The notebooks are each lab's reference and every catalogued alternative correct solution, in
 turn. A judge that shares process-wide state with another (an AST built by two threads at
