@@ -30,7 +30,8 @@ lives), ``nbgrader_env`` (nbgrader set up for mlbook, by an explicit ``install()
 (atomic writes), ``errors``, ``demo`` (the main job: build, grade a demo class, print).
 
 The kernel side (what runs inside the sandbox, beside the student's code) is the separate
-package ``mlbook_kernel``; students never receive ``mlbook``.
+package ``mlbook_kernel``; students never receive ``mlbook`` (on a hub their environment holds
+only its exchange module, ``mlbook.hub.exchange``, which their server submits through).
 """
 
 import sys

@@ -91,6 +91,7 @@ def _one_engine_per_database() -> None:
     create = nbgrader.api.create_engine
 
     def create_engine(url, **options):
+        _create_sqlite_file(str(url))
         key = (str(url), tuple(sorted(options.items())))
         if key not in engines:
             engines[key] = create(url, **options)
@@ -98,6 +99,25 @@ def _one_engine_per_database() -> None:
 
     nbgrader.api.create_engine = create_engine
 
+
+def _create_sqlite_file(url: str) -> None:
+    """Create a SQLite gradebook's file, empty, with this process's umask, before SQLite does.
+
+    SQLite creates a database 0644 less the umask, never group-writable: in a course folder
+    shared with the staff group (the grading account's umask 007) the TAs could read the
+    gradebook but not write it, and the formgrader's manual grades failed with "attempt to
+    write a readonly database". An empty file is an empty database to SQLite; its journal
+    takes the database's mode.
+    """
+    if not url.startswith("sqlite:///"):
+        return
+    path = url[len("sqlite:///"):]
+    if not path or path == ":memory:" or os.path.lexists(path):
+        return
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666))
+    except FileExistsError:
+        pass
 
 
 def load_config(course: Course) -> Config:

@@ -2,9 +2,10 @@
 
 As root: creates the accounts ``mlbook-instructor``, ``mlbook-ta`` and ``mlbook-student1..3``
 (random passwords, printed) and the group ``mlbook-staff``, copies the course (config, every
-lab's source and release) to ``--folder``, prepares the exchange there, releases lab 1, and
-runs the hub on http://127.0.0.1:PORT/ until Ctrl+C. The accounts and the folder are removed
-when it stops.
+lab's source and release) to ``--folder``, prepares the exchange there, releases lab 1, shields
+this checkout from the students (``site.shield_checkout``) and runs the hub on
+http://127.0.0.1:PORT/ until Ctrl+C. The accounts and the folder are removed, and the
+checkout's permissions put back, when it stops.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def _account(name: str, staff: bool) -> str:
 
 def run_demo(course, args) -> int:
     from mlbook.hub.exchange import Exchange, prepare_exchange, release
-    from mlbook.hub.site import HubSite, start_hub
+    from mlbook.hub.site import HubSite, shield_checkout, start_hub, unshield
 
     if os.geteuid() != 0:
         raise MlbookError("`mlbook hub demo` creates system accounts and spawns their servers: run it as root")
@@ -42,7 +43,7 @@ def run_demo(course, args) -> int:
     if folder.exists():
         raise MlbookError(f"{folder} exists: remove it or pass another --folder")
     subprocess.run(["groupadd", GROUP], check=True, capture_output=True)
-    passwords, hub = {}, None
+    passwords, hub, shielded = {}, None, []
     try:
         for name in STAFF + STUDENTS:
             passwords[name] = _account(name, name in STAFF)
@@ -59,6 +60,7 @@ def run_demo(course, args) -> int:
         subprocess.run(["chmod", "-R", "u+rwX,g+rwX,o-rwx", str(demo.root)], check=True)
         prepare_exchange(exchange)
         release(demo, labs[0], exchange)
+        shielded = shield_checkout(GROUP)  # the grader's checkout: the staff's, never the students'
         site = HubSite(folder / "hub", demo.root, exchange, STAFF, STUDENTS, port=args.port)
         hub = start_hub(site)
         print(f"the course's hub: {site.url} (127.0.0.1 only); {labs[0]} is released. Log in as:")
@@ -74,6 +76,7 @@ def run_demo(course, args) -> int:
     finally:
         if hub is not None:
             hub.stop()
+        unshield(shielded)
         for name in passwords:
             subprocess.run(["userdel", "-r", "-f", name], capture_output=True)
         subprocess.run(["groupdel", GROUP], capture_output=True)

@@ -18,12 +18,14 @@ written. Grading never runs in the hub: the grading account runs ``mlbook hub co
 
 from __future__ import annotations
 
+import grp
 import json
 import os
 import secrets
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -82,21 +84,28 @@ class HubSite:
     def profile(self, role: str) -> Path:
         return self.folder / "profiles" / role
 
+    def python(self, role: str) -> Path:
+        """The interpreter of ``role``'s servers and kernels (``staff_python``, ``student_python``)."""
+        return self.folder / ("python" if role == "staff" else "student-python") / "bin" / "python3.11"
+
 
 USERS_PYTHON = Path("/usr/bin/python3.11")
 
+# What a student's server and kernels import of the grader: the lab helpers the notebooks use, and
+# the exchange's confined submit (their server submits through it). Nothing of ``mlbook/labs``
+# (hidden checks, catalogues, the kit's reference maths) or of the rest of the grader.
+STUDENT_FILES = ("mlbook_helpers", "mlbook/__init__.py", "mlbook/errors.py", "mlbook/hub/__init__.py",
+                 "mlbook/hub/exchange.py")
+# Entries of a checkout every account may still read once it is shielded: the environment (the
+# hub's accounts run its packages) and the two packages sandboxed kernels import.
+SHARED_ENTRIES = (".venv", "mlbook_helpers", "mlbook_kernel")
 
-def users_python(folder: Path) -> Path:
-    """An interpreter every account can run, seeing this environment's packages; returns it.
 
-    The environment mlbook runs from may sit on a private interpreter (a pyenv build under
-    /root, 0700): the hub's accounts cannot execute it. This is a minimal virtual environment
-    on the system's Python 3.11 (``pyvenv.cfg`` beside a link to it) whose one ``.pth`` file
-    adds this environment's site-packages (and so its editable installs).
-    """
+def _environment(prefix: Path, pth: str) -> Path:
+    """A minimal virtual environment every account can run: the system's Python 3.11 (``pyvenv.cfg``
+    beside a link to it) whose one ``.pth`` file holds ``pth``; returns its interpreter."""
     if not USERS_PYTHON.is_file():
         raise MlbookError(f"no {USERS_PYTHON}: the hub's accounts need a system Python 3.11 (Debian's python3.11)")
-    prefix = folder / "python"
     (prefix / "bin").mkdir(parents=True, exist_ok=True)
     packages = prefix / "lib" / "python3.11" / "site-packages"
     packages.mkdir(parents=True, exist_ok=True)
@@ -108,12 +117,101 @@ def users_python(folder: Path) -> Path:
     for name in ("python", "python3"):
         if not (prefix / "bin" / name).is_symlink():
             (prefix / "bin" / name).symlink_to("python3.11")
-    ours = Path(sys.prefix) / "lib" / "python3.11" / "site-packages"
-    (packages / "mlbook-environment.pth").write_text(f"import site; site.addsitedir({str(ours)!r})\n")
+    (packages / "mlbook-environment.pth").write_text(pth + "\n")
+    return python
+
+
+def _open_to_all(prefix: Path) -> None:
     for path in [prefix, *prefix.rglob("*")]:
         if not path.is_symlink():
             os.chmod(path, 0o755 if path.is_dir() else 0o644)
+
+
+def staff_python(folder: Path) -> Path:
+    """The staff's interpreter: this environment's packages, editable installs included (the
+    formgrader's guard and the whole grader); returns it.
+
+    The environment mlbook runs from may sit on a private interpreter (a pyenv build under
+    /root, 0700) that the hub's accounts cannot execute, hence a small environment on the
+    system's Python whose ``.pth`` adds this environment's site-packages.
+    """
+    prefix = folder / "python"
+    python = _environment(prefix, f"import site; site.addsitedir({str(_site_packages())!r})")
+    _open_to_all(prefix)
     return python
+
+
+def student_python(folder: Path) -> Path:
+    """The students' interpreter (their servers and kernels): this environment's third-party
+    packages, and of the grader only copies of ``STUDENT_FILES``; returns it.
+
+    The ``.pth`` line is a bare path: the ``.pth`` files in it are not processed, so the editable
+    install that maps ``mlbook`` to the checkout is not there, and ``import mlbook.labs`` fails.
+    (The checkout itself is shielded from students by ``shield_checkout``.)
+    """
+    prefix = folder / "student-python"
+    python = _environment(prefix, str(_site_packages()))
+    packages = prefix / "lib" / "python3.11" / "site-packages"
+    for relative in STUDENT_FILES:
+        origin, copy = _checkout_of(relative.split("/")[0]).parent / relative, packages / relative
+        if origin.is_dir():
+            shutil.rmtree(copy, ignore_errors=True)
+            shutil.copytree(origin, copy, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(origin, copy)
+    _open_to_all(prefix)
+    return python
+
+
+def _site_packages() -> Path:
+    return Path(sys.prefix) / "lib" / "python3.11" / "site-packages"
+
+
+def _checkout_of(package: str) -> Path:
+    """The folder the grader imports ``package`` from."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise MlbookError(f"cannot find the package {package}")
+    return Path(list(spec.submodule_search_locations)[0]).resolve()
+
+
+def shield_checkout(group: str) -> list[tuple[Path, int, int]]:
+    """Make the grader's checkout unreadable to students, readable by the staff ``group``.
+
+    A checkout (this repository) holds ``mlbook/labs`` (hidden checks, catalogues), ``source/``
+    (the reference solutions), and the demo class's work: every entry but ``SHARED_ENTRIES``
+    loses all access for other accounts and takes ``group`` with read access. Only the entry
+    itself changes (a folder without search permission hides all below it). Returns what it
+    changed, as (path, mode, gid) before, for ``unshield``. An installed grader (no checkout: the
+    package in site-packages) shields ``mlbook/labs`` alone.
+    """
+    gid = grp.getgrnam(group).gr_gid
+    package = _checkout_of("mlbook")
+    root = package.parent
+    is_checkout = (root / "pyproject.toml").is_file()
+    entries = [p for p in root.iterdir() if p.name not in SHARED_ENTRIES] if is_checkout else [package / "labs"]
+    changed = []
+    for path in entries:
+        if path.is_symlink():
+            continue
+        st = path.lstat()
+        changed.append((path, stat.S_IMODE(st.st_mode), st.st_gid))
+        os.chown(path, -1, gid)
+        os.chmod(path, (stat.S_IMODE(st.st_mode) & ~0o007) | (0o050 if path.is_dir() else 0o040))
+    return changed
+
+
+def unshield(changed: list[tuple[Path, int, int]]) -> None:
+    """Put back what ``shield_checkout`` changed."""
+    for path, mode, gid in changed:
+        try:
+            os.chown(path, -1, gid)
+            os.chmod(path, mode)
+        except OSError:
+            pass
 
 
 def write_site(site: HubSite) -> Path:
@@ -161,10 +259,8 @@ def write_site(site: HubSite) -> Path:
         token_file.write_text(secrets.token_hex(24))
     os.chmod(token_file, 0o600)
     proxy_token = token_file.read_text().strip()
-    hub_bin = Path(sys.executable).parent
-    python = users_python(site.folder)
-    env_common = {"PATH": f"{python.parent}:/usr/local/bin:/usr/bin:/bin",
-                  "JUPYTER_PATH": str(Path(sys.prefix) / "share" / "jupyter"), "OMP_NUM_THREADS": "1",
+    pythons = {"staff": str(staff_python(site.folder)), "student": str(student_python(site.folder))}
+    env_common = {"JUPYTER_PATH": str(Path(sys.prefix) / "share" / "jupyter"), "OMP_NUM_THREADS": "1",
                   "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **site.extra_env}
     config = f"""# Written by mlbook.hub.site (the course's hub); edit HubSite, not this file.
 import os
@@ -184,7 +280,7 @@ c.Authenticator.allowed_users = {set(site.staff + site.students)!r}
 c.Authenticator.admin_users = {{{site.staff[0]!r}}}
 c.JupyterHub.load_groups = {{'formgrade-{site.exchange.course_id}': {site.staff!r},
                             'nbgrader-{site.exchange.course_id}': {site.students!r}}}
-c.Spawner.cmd = [{str(python)!r}, '-m', 'jupyterhub.singleuser']
+PYTHONS = {pythons!r}
 c.Spawner.default_url = '/lab'
 c.Spawner.start_timeout = 300
 c.Spawner.http_timeout = 300
@@ -196,7 +292,9 @@ COMMON = {env_common!r}
 def pre_spawn(spawner):
     role = 'staff' if spawner.user.name in STAFF else 'student'
     profile = os.path.join({str(site.folder / 'profiles')!r}, role)
+    spawner.cmd = [PYTHONS[role], '-m', 'jupyterhub.singleuser']  # students' has no grader in it
     spawner.environment.update(COMMON)
+    spawner.environment['PATH'] = os.path.dirname(PYTHONS[role]) + ':/usr/local/bin:/usr/bin:/bin'
     spawner.environment['JUPYTER_CONFIG_PATH'] = os.path.join(profile, 'config') + ':' + {str(Path(sys.prefix) / 'etc' / 'jupyter')!r}
     spawner.environment['JUPYTERLAB_SETTINGS_DIR'] = os.path.join(profile, 'settings')
     spawner.notebook_dir = {str(site.course_root)!r} if role == 'staff' else '~'

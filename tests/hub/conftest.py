@@ -36,7 +36,7 @@ from browser_suite import REPO  # noqa: E402
 from labpage import Shots  # noqa: E402
 from mlbook.course import Course  # noqa: E402
 from mlbook.hub.exchange import Exchange, prepare_exchange  # noqa: E402
-from mlbook.hub.site import HubSite, RunningHub, start_hub  # noqa: E402
+from mlbook.hub.site import HubSite, RunningHub, shield_checkout, start_hub, unshield  # noqa: E402
 
 LAB = "lab01_hand_attention"
 MLBOOK = [sys.executable, "-m", "mlbook.cli"]
@@ -145,8 +145,14 @@ def course(base, people, exchange) -> Course:
 
 @pytest.fixture(scope="session")
 def site(base, course, exchange, people) -> HubSite:
-    return HubSite(base / "hub", course.root, exchange, [people.instructor.name, people.ta.name],
-                   [p.name for p in people.students.values()])
+    """The hub's site, on this checkout shielded from the students (as a department's admin
+    would keep the grader's files: ``shield_checkout``), put back as it was at the end."""
+    shielded = shield_checkout(people.group)
+    try:
+        yield HubSite(base / "hub", course.root, exchange, [people.instructor.name, people.ta.name],
+                      [p.name for p in people.students.values()])
+    finally:
+        unshield(shielded)
 
 
 @pytest.fixture(scope="session")
@@ -159,7 +165,7 @@ def hub(site):
 
 def as_student(site: HubSite, person: Person, *nbgrader_args: str, cwd: str | None = None):
     """``nbgrader ARGS`` as ``person`` from a shell, with the hub's student profile (as their server has)."""
-    python = site.folder / "python" / "bin" / "python3.11"
+    python = site.python("student")
     env = {"JUPYTER_CONFIG_PATH": str(site.profile("student") / "config"), "PATH": f"{python.parent}:/usr/bin:/bin"}
     return person.run(str(python), "-m", "nbgrader", *nbgrader_args, env=env, cwd=cwd, timeout=300)
 

@@ -8,6 +8,7 @@ The tests of this module run in order and build on each other (one class, one la
 3. the grading account collects and runs ``mlbook autograde`` (sandboxed); C's work is late and
    penalised as ``course.toml``'s policy says, A's and B's is not;
 4. the TA presses the formgrader's Autograde button: it runs nothing and points to ``mlbook autograde``;
+   the TA grades each student's written answer by hand in the formgrader (score and comment saved);
 5. feedback is written and released; A, B and C fetch theirs in the browser and see their own
    score and messages (C the late penalty), no hidden test, nobody else's work.
 """
@@ -239,6 +240,52 @@ def test_05_formgrader_autograde_button_runs_nothing(pages, people, site, course
 
 def xsrf(page) -> str:
     return next((c["value"] for c in page.context.cookies() if c["name"] == "_xsrf"), "")
+
+
+WRITTEN = "written_explanation"  # lab 1's written answer: graded by hand
+
+
+def test_05b_written_answer_graded_by_hand_in_the_formgrader(pages, people, site, course, hub, shots):
+    """The TA opens each student's submission in the formgrader's grading page, types a score for
+    the written answer and a comment; both reach the gradebook, and the submission no longer needs
+    manual grading."""
+    page = pages(people.ta)
+    typed = {"A": 3, "B": 2, "C": 1}
+    for key, score in typed.items():
+        student = people.students[key].name
+        with Gradebook(course.db_url) as gb:
+            notebook_id = gb.find_submission_notebook(LAB, LAB, student).id
+            grade = gb.find_grade(WRITTEN, LAB, LAB, student)
+            assert grade.needs_manual_grade and grade.manual_score is None, (student, grade.to_dict())
+        grading = page.context.new_page()
+        grading.goto(server_url(site.url, people.ta) + f"formgrader/submissions/{notebook_id}/")
+        box = grading.locator(f"input.score#{WRITTEN}")
+        box.wait_for(timeout=90_000)
+        box.fill(str(score))
+        box.press("Tab")  # the page saves a score when its box changes
+        comment = grading.locator(f"textarea.comment#{WRITTEN}-comment")
+        comment.fill(f"Graded by hand: {score} of 3.")
+        comment.press("Tab")
+        deadline = time.monotonic() + ACTION_TIMEOUT_MS / 1000
+        while True:
+            with Gradebook(course.db_url) as gb:
+                grade = gb.find_grade(WRITTEN, LAB, LAB, student)
+                saved = (grade.manual_score, grade.needs_manual_grade, gb.find_comment(WRITTEN, LAB, LAB, student).comment)
+            if saved == (score, False, f"Graded by hand: {score} of 3."):
+                break
+            if time.monotonic() > deadline:
+                shots.take(grading, f"{key.lower()}-manual-grade-not-saved")
+                raise AssertionError(f"the score typed for {student} did not reach the gradebook (it holds {saved}); "
+                                     f"the hub's log ends:\n{hub['hub'].log_tail(40)}")
+            grading.wait_for_timeout(300)
+        shots.take(grading, f"{key.lower()}-graded-by-hand")
+        if key == "A":
+            shutil.copyfile(shots.folder / f"{shots.count:02d}-a-graded-by-hand.png", DOCS_IMG / "hub-manual-grading.png")
+        grading.close()
+    with Gradebook(course.db_url) as gb:
+        for key, score in typed.items():
+            sub = gb.find_submission(LAB, people.students[key].name)
+            assert not sub.needs_manual_grade and sub.score == pytest.approx(sub.code_score + score), sub.to_dict()
 
 
 def test_06_feedback_fetched_in_browser(pages, people, site, course, exchange, shots):

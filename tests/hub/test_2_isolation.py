@@ -47,6 +47,51 @@ def test_student_reads_no_one_elses_work(c, people, course, exchange):
         "C renamed the course's exchange folder"
 
 
+PROBE = """
+import glob, importlib, site, sys
+import mlbook_helpers.plotting, mlbook.hub.exchange  # what a student's notebooks and server use
+for name in ("mlbook.labs", "mlbook.judge", "mlbook.authoring.catalogue"):
+    try:
+        importlib.import_module(name)
+        print("IMPORTED", name)
+    except ImportError:
+        pass
+for finder in glob.glob(sys.argv[1] + "/__editable__*finder.py"):  # the grader's editable install, forced
+    sys.path.insert(0, sys.argv[1])
+    module = importlib.import_module(finder.rsplit("/", 1)[1][:-3])
+    module.install()
+    for name in list(sys.modules):
+        if name == "mlbook" or name.startswith("mlbook."):
+            del sys.modules[name]
+    try:
+        importlib.import_module("mlbook.labs.lab01_hand_attention.catalogue")
+        print("IMPORTED through", finder)
+    except (ImportError, OSError):
+        pass
+print("ok")
+"""
+
+
+def test_student_python_holds_no_grader(c, site):
+    """A student's interpreter (their server's and their kernels') imports the lab helpers and the
+    exchange's submit, and nothing else of the grader, even when the student installs the
+    grader's editable finder by hand; every file of the checkout holding hidden checks or
+    solutions is unreadable to them."""
+    from mlbook.hub.site import SHARED_ENTRIES, _checkout_of, _site_packages
+
+    run = c.run(str(site.python("student")), "-c", PROBE, str(_site_packages()))
+    assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stdout + run.stderr
+    assert "IMPORTED" not in run.stdout, run.stdout
+    checkout = _checkout_of("mlbook").parent
+    secret = [checkout / "mlbook" / "labs" / LAB / "catalogue.py", checkout / "source" / LAB / f"{LAB}.ipynb",
+              *sorted((checkout / "mlbook" / "labs" / LAB).glob("hidden*"))]
+    for path in secret:
+        assert path.exists(), path
+        assert not reads(c, path), f"C read the grader's {path.relative_to(checkout)}"
+    shared = [checkout / name for name in SHARED_ENTRIES if (checkout / name).exists()]
+    assert all(reads(c, path) for path in shared), "the shield hid what the hub's accounts and kernels run"
+
+
 def test_student_cannot_release_or_collect(c, site, exchange):
     work = c.home / "release-try"
     (work / "release" / "evil").mkdir(parents=True, exist_ok=True)
