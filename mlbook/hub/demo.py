@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -33,10 +34,16 @@ def _account(name: str, staff: bool) -> str:
     return password
 
 
+def _stop(_signum, _frame) -> None:
+    raise KeyboardInterrupt  # SIGTERM (a service manager, `kill`) cleans up as Ctrl+C does
+
+
 def run_demo(course, args) -> int:
     from mlbook.hub.exchange import Exchange, prepare_exchange, release
     from mlbook.hub.site import HubSite, shield_checkout, start_hub, unshield
 
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started in the background
     if os.geteuid() != 0:
         raise MlbookError("`mlbook hub demo` creates system accounts and spawns their servers: run it as root")
     folder = Path(args.folder)
