@@ -4,13 +4,14 @@ The tests of this module run in order and build on each other (one class, one la
 1. the instructor sees the formgrader; the grading account releases lab 1 to the exchange;
 2. student A fetches it in the Assignments tab, pastes the reference answers, validates, submits;
    student B submits a misconception mutant, then the reference (the later attempt wins);
-   the lab falls due (``course.toml``); student C submits after it;
+   the lab falls due (``course.toml``); student C submits a misconception mutant after it;
 3. the grading account collects and runs ``mlbook autograde`` (sandboxed); C's work is late and
    penalised as ``course.toml``'s policy says, A's and B's is not;
 4. the TA presses the formgrader's Autograde button: it runs nothing and points to ``mlbook autograde``;
    the TA grades each student's written answer by hand in the formgrader (score and comment saved);
 5. feedback is written and released; A, B and C fetch theirs in the browser and see their own
-   score and messages (C the late penalty), no hidden test, nobody else's work.
+   score and messages (C the late penalty and the misconception's message), no hidden test,
+   nobody else's work.
 """
 
 from __future__ import annotations
@@ -162,12 +163,18 @@ def make_lab_due_now(course) -> dt.datetime:
     return due
 
 
+def late_mutant():
+    """What C hands in late: a misconception other than B's first attempt's, so that C's feedback
+    shows a misconception message (B's and A's graded attempts are correct)."""
+    return [m for m in load_catalogue(LAB).mutants if m.demo][2]
+
+
 def test_03b_student_c_submits_after_the_due_date(pages, people, site, course, exchange, shots):
     make_lab_due_now(course)
     c = people.students["C"]
     page = pages(c)
     fetch(page, site, c, exchange, shots, "c")
-    fill_and_save(page, answers(course))
+    fill_and_save(page, answers(course, late_mutant().cells))
     close_all(page)
     submit(page, site, c, exchange, 1)
     snap(page, shots, "c-submitted-late")
@@ -185,9 +192,11 @@ def test_04_collect_and_autograde(people, course, exchange):
     graded = mlbook(course, "autograde", LAB, "--quiet")
     assert "errors 0" in graded, graded
     with Gradebook(course.db_url) as gb:
-        for student in (a, b, c):
+        for student in (a, b):
             sub = gb.find_submission(LAB, student)
             assert sub.code_score == sub.max_code_score > 0, (student, sub.code_score, sub.max_code_score)
+        sub = gb.find_submission(LAB, c)  # C's misconception loses the checks it fails, not all
+        assert 0 < sub.code_score < sub.max_code_score, (c, sub.code_score, sub.max_code_score)
     mlbook(course, "export")
     with open(course.root / "exports" / "grades.csv", newline="") as handle:
         rows_by_student = {row["student"]: row for row in csv.DictReader(handle) if row["lab"] == LAB}
@@ -261,23 +270,31 @@ def test_05b_written_answer_graded_by_hand_in_the_formgrader(pages, people, site
         grading.goto(server_url(site.url, people.ta) + f"formgrader/submissions/{notebook_id}/")
         box = grading.locator(f"input.score#{WRITTEN}")
         box.wait_for(timeout=90_000)
-        box.fill(str(score))
-        box.press("Tab")  # the page saves a score when its box changes
+        grading.wait_for_load_state("networkidle")  # the page binds its boxes once it has fetched the grades
         comment = grading.locator(f"textarea.comment#{WRITTEN}-comment")
-        comment.fill(f"Graded by hand: {score} of 3.")
-        comment.press("Tab")
+        wanted = (score, False, f"Graded by hand: {score} of 3.")
         deadline = time.monotonic() + ACTION_TIMEOUT_MS / 1000
         while True:
-            with Gradebook(course.db_url) as gb:
-                grade = gb.find_grade(WRITTEN, LAB, LAB, student)
-                saved = (grade.manual_score, grade.needs_manual_grade, gb.find_comment(WRITTEN, LAB, LAB, student).comment)
-            if saved == (score, False, f"Graded by hand: {score} of 3."):
+            box.fill(str(score))
+            box.press("Tab")  # the page saves a score when its box changes
+            comment.fill(wanted[2])
+            comment.press("Tab")
+            typed_at = time.monotonic()
+            while time.monotonic() < typed_at + 15:
+                with Gradebook(course.db_url) as gb:
+                    grade = gb.find_grade(WRITTEN, LAB, LAB, student)
+                    saved = (grade.manual_score, grade.needs_manual_grade,
+                             gb.find_comment(WRITTEN, LAB, LAB, student).comment)
+                if saved == wanted:
+                    break
+                grading.wait_for_timeout(300)
+            if saved == wanted:
                 break
             if time.monotonic() > deadline:
                 shots.take(grading, f"{key.lower()}-manual-grade-not-saved")
                 raise AssertionError(f"the score typed for {student} did not reach the gradebook (it holds {saved}); "
                                      f"the hub's log ends:\n{hub['hub'].log_tail(40)}")
-            grading.wait_for_timeout(300)
+            box.fill("")  # as a TA would: clear the box and type the score again
         shots.take(grading, f"{key.lower()}-graded-by-hand")
         if key == "A":
             shutil.copyfile(shots.folder / f"{shots.count:02d}-a-graded-by-hand.png", DOCS_IMG / "hub-manual-grading.png")
@@ -320,6 +337,8 @@ def test_06_feedback_fetched_in_browser(pages, people, site, course, exchange, s
         late_box = re.search(r"Late submission\..*?late penalty \(([^)]*)\): .([\d.]+); score: ([\d.]+)", text, re.S)
         if key == "C":
             assert late_box, f"C's feedback does not show the late penalty: {text[:1500]}"
+            mutant = late_mutant()
+            assert mutant.matches(text), f"C's feedback does not name {mutant.misconception} (/{mutant.message}/)"
             assert float(late_box.group(2)) > 0 and "per started day" in late_box.group(1), late_box.group(0)
             assert float(late_box.group(3)) == pytest.approx(float(total.group(1))), late_box.group(0)
         else:
