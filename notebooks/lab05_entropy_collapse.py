@@ -48,9 +48,7 @@
 
 # %% [markdown]
 # ## Setup
-# Run this cell first. One CPU thread is the fastest setting for a model this small, and so is
-# flushing denormal floats (the ~1e-40 weights of a saturated softmax) to 0: it changes no
-# number this lab prints, and a collapsed run no longer crawls through them.
+# Run this cell first. One CPU thread is the fastest setting for a model this small.
 
 # %% nbgrader={"grade_id": "setup", "locked": true}
 import copy
@@ -65,7 +63,6 @@ from mlbook_helpers.copy_task import CopyTask, TinyDecoder, causal_ceiling, copy
 from mlbook_helpers.plotting import attention_heatmap, curves, heatmap_grid
 
 torch.set_num_threads(1)
-torch.set_flush_denormal(True)
 np.set_printoptions(precision=3, suppress=True)
 
 task = CopyTask()  # 16 data tokens, copy length 8: inputs of T = 16 tokens
