@@ -52,8 +52,10 @@ if set(CAUSAL_LEAKS) != set(_CAUSAL_LEAK_NAMES):
                       f"builds {sorted(_CAUSAL_LEAK_NAMES)}: keep the two lists the same")
 
 
-def _as_bool(res: Any, what: str) -> bool:
-    """A property test's verdict: a truth value (a one-entry boolean tensor counts), never a number."""
+def _verdict(test: Callable, layer: Any, what: str) -> bool:
+    """The student's property test called on ``layer``: its verdict, a truth value (a one-entry boolean
+    tensor counts), never a number."""
+    res = call_student(test, layer, what=what)
     if isinstance(res, torch.Tensor) and res.dtype == torch.bool and res.numel() == 1:
         res = res.reshape(())
     return boolean(res, what, "A property test returns True (property holds) or False (it is violated).")
@@ -63,14 +65,13 @@ def check_outputs_ignore_future(outputs_ignore_future: Callable) -> None:
     """The student's property test must pass a correct causal layer and catch every leak."""
     weights = _layer_weights(fresh_rng())
     what = "outputs_ignore_future(a correctly masked causal layer)"
-    ok = _as_bool(call_student(outputs_ignore_future, _causal_layer(weights, None), what=what), what)
-    if not ok:
+    if not _verdict(outputs_ignore_future, _causal_layer(weights, None), what):
         fail(what, "returned False",
              "A correct layer must pass: change only LATER tokens, compare only the EARLIER outputs, and compare "
              "with a tolerance (torch.allclose), not ==.")
     for kind, description in CAUSAL_LEAKS.items():
         what = f"outputs_ignore_future(a layer that {description})"
-        if _as_bool(call_student(outputs_ignore_future, _causal_layer(weights, kind), what=what), what):
+        if _verdict(outputs_ignore_future, _causal_layer(weights, kind), what):
             hint = "Change a later token and check that EVERY earlier output is unchanged (all positions before it)."
             if kind == "one future key":
                 hint = ("This leak reads only the next token: change the token right after each position you check "
@@ -96,11 +97,11 @@ def check_padding_invariant(padding_invariant: Callable) -> None:
     """The student's property test must pass a correct key-padding layer and catch every leak."""
     weights = _layer_weights(fresh_rng())
     what = "padding_invariant(a correctly masked layer)"
-    if not _as_bool(call_student(padding_invariant, _padding_layer(weights, None), what=what), what):
+    if not _verdict(padding_invariant, _padding_layer(weights, None), what):
         fail(what, "returned False",
              "A correct layer must pass: compare only the REAL positions (padded outputs are discarded), "
              "with a tolerance (torch.allclose).")
     for kind, (description, hint) in PADDING_LEAKS.items():
         what = f"padding_invariant(a layer that {description})"
-        if _as_bool(call_student(padding_invariant, _padding_layer(weights, kind), what=what), what):
+        if _verdict(padding_invariant, _padding_layer(weights, kind), what):
             fail(what, "returned True, so the leak went unnoticed", hint)
