@@ -54,6 +54,18 @@ def test_ask_number_and_ask_boolean_pass_keyword_arguments_on_and_fail_closed():
     assert "not True or False" in _message(kit.ask_boolean, lambda: 0.5, what="g()")
 
 
+def test_ask_items_returns_exactly_n_items_and_fails_closed_on_any_other_count():
+    assert kit.ask_items(lambda a, b=0: (a, b), 1, b=2, n=2, what="f", names="the pair (a, b)") == (1, 2)
+    assert "returned a tuple of 3 items, not 2 items. Return the pair (a, b)." in _message(
+        kit.ask_items, lambda: (1, 2, 3), n=2, what="f()", names="the pair (a, b)")
+    assert "not 2 items" in _message(kit.ask_items, lambda: np.zeros(2), n=2, what="f()", names="(a, b)")
+    assert "f(): not implemented yet" in _message(kit.ask_items, _unwritten, n=2, what="f()", names="(a, b)")
+
+
+def _unwritten():
+    raise NotImplementedError()
+
+
 # ----------------------------------------------------------------------------- compare
 
 

@@ -11,8 +11,8 @@ A student's exception is reported as a failure that names the call; the grader's
 a kernel that went away (``WireError``, ``OSError``, ...) pass through untouched, so they are
 never a student's lost points.
 
-``ask_array``, ``ask_number`` and ``ask_boolean`` are the usual whole step of a check: call the
-student's function quietly and read its result, failing closed.
+``ask_array``, ``ask_number``, ``ask_boolean`` and ``ask_items`` are the usual whole step of a
+check: call the student's function quietly and read its result, failing closed.
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ from mlbook_kernel.wire import Handle, WireError
 
 from mlbook.judge.remote import RemoteError, RemoteObject, helper, lend, session
 from mlbook.labs.kit.messages import fail
-from mlbook.labs.kit.results import array, boolean, number
+from mlbook.labs.kit.results import array, boolean, items, number
 
 __all__ = ["Handle", "RemoteError", "RemoteObject", "WireError", "helper", "lend", "session", "call_student",
-           "student_error", "reraise", "quiet", "ask_array", "ask_number", "ask_boolean", "NOT_THE_STUDENTS"]
+           "student_error", "reraise", "quiet", "ask_array", "ask_number", "ask_boolean", "ask_items", "NOT_THE_STUDENTS"]
 
 # Exceptions that are not the student's: a verdict already reached, or the kernel went away.
 NOT_THE_STUDENTS = (Misconception, WireError, EOFError, OSError, TimeoutError)
@@ -133,3 +133,19 @@ def ask_boolean(fn: Callable, *args: Any, what: str, hint: str | None = None,
     with quiet():
         got = call_student(fn, *args, what=what, named=named, **kwargs)
     return boolean(got, what, hint)
+
+
+def ask_items(fn: Callable, *args: Any, n: int, what: str, names: str,
+              named: Callable[[str, str], tuple[str, str] | None] | None = None, **kwargs: Any) -> tuple:
+    """Call a student's function quietly and read its result as a tuple of ``n`` items: ``quiet``,
+    ``call_student`` and ``results.items`` in one step (arguments as for ``ask_array``).
+
+    Args:
+        n: how many items the result must hold.
+        names: what the items are, for the message: "the pair (out, weights)".
+    Returns:
+        the items, each still to be read (``results.array``, ``number``).
+    """
+    with quiet():
+        got = call_student(fn, *args, what=what, named=named, **kwargs)
+    return items(got, n, what, names)

@@ -11,8 +11,8 @@ import numpy as np
 
 from mlbook_helpers.examples import ticket_example
 
-from ..kit import (array, ask_array, ask_boolean, ask_number, call_student, close, compare, data_array, describe,
-                   diagnose, fail, fresh_rng, helper, items, random_mask, seed, softmax, weight_tolerance)
+from ..kit import (array, ask_array, ask_boolean, ask_items, ask_number, call_student, close, compare, data_array,
+                   describe, diagnose, fail, fresh_rng, helper, random_mask, seed, softmax, weight_tolerance)
 from ..kit import attention as reference_attention  # the student's function is called `attention`
 
 # --- 1a: hand-worked token 0 ----------------------------------------------------------------
@@ -73,8 +73,8 @@ def check_project_qkv(project_qkv) -> None:
     T, d_model, d_k, d_v = 5, 6, 3, 4
     X = rng.normal(size=(T, d_model))
     W_q, W_k, W_v = rng.normal(size=(d_model, d_k)), rng.normal(size=(d_model, d_k)), rng.normal(size=(d_model, d_v))
-    got = call_student(project_qkv, X, W_q, W_k, W_v, what="project_qkv with d_k = 3, d_v = 4")
-    got = items(got, 3, "project_qkv", "the three matrices (Q, K, V)")
+    got = ask_items(project_qkv, X, W_q, W_k, W_v, n=3, what="project_qkv with d_k = 3, d_v = 4",
+                    names="the three matrices (Q, K, V)")
     weights = {"W_q": W_q, "W_k": W_k, "W_v": W_v}
     for name, g, w in zip("QKV", got, weights):
         what = f"{name} from project_qkv"
@@ -121,8 +121,8 @@ def check_attention(attention) -> None:
         mask = random_mask(rng, T_q, T_k) if masked else None  # (T_q, T_k)
         what = f"attention with T_q={T_q}, T_k={T_k}, d_k={d_k}, d_v={d_v}" + (", a random mask" if masked else "")
         kwargs = {"mask": mask.copy()} if masked else {}
-        got = call_student(attention, Q.copy(), K.copy(), V.copy(), what=what, **kwargs)
-        out, weights = items(got, 2, what, "the pair (out, weights)")
+        out, weights = ask_items(attention, Q.copy(), K.copy(), V.copy(), n=2, what=what, names="the pair (out, weights)",
+                                 **kwargs)
         ref_out, ref_w = reference_attention(Q, K, V, mask)  # (T_q, d_v), (T_q, T_k)
         w = array(weights, f"{what}: weights", finite=False)  # nan and inf are diagnosed below
         if w.shape != ref_w.shape:
@@ -173,8 +173,8 @@ def check_row_attention(row_attention) -> None:
         raw = K @ q  # (T_k,)
         for scaled in (True, False):
             what = f"row_attention with T_k={T_k}, d_k={d_k}, d_v={d_v}, scaled={scaled}"
-            got = call_student(row_attention, q.copy(), K.copy(), V.copy(), scaled=scaled, what=what)
-            out, weights = items(got, 2, what, "the pair (out, weights)")
+            out, weights = ask_items(row_attention, q.copy(), K.copy(), V.copy(), scaled=scaled, n=2, what=what,
+                                     names="the pair (out, weights)")
             scores = raw / np.sqrt(d_k) if scaled else raw  # (T_k,)
             ref_w = softmax(scores)  # (T_k,)
             tol = weight_tolerance(weights, spread=2.0)  # from the dtype the student computed in

@@ -11,8 +11,8 @@ from typing import Callable
 import numpy as np
 import torch
 
-from ...kit import (TORCH_ATOL, attention, call_student, causal_allowed, close, describe, diagnose, fail, fresh_rng,
-                    torch_generator)
+from ...kit import (TORCH_ATOL, ask_items, attention, call_student, causal_allowed, compare, describe, fail,
+                    fresh_rng, torch_generator)
 from ._common import DTYPES, POLARITY, as_numpy, dtype_name, float16_overflow, randn, shape_str
 
 __all__ = ["check_scaled_dot_product_attention", "check_mask_after_softmax"]
@@ -57,13 +57,10 @@ def _check_attention_case(fn: Callable, q, k, v, mask, what: str, compare_sdpa: 
     tol = TORCH_ATOL[dtype_name(dtype)]
     B, H, T_q, _ = q.shape
     T_k, d_v = k.shape[-2], v.shape[-1]
-    res = call_student(fn, q, k, v, mask, what=what, named=float16_overflow(
+    out, attn = ask_items(fn, q, k, v, mask, n=2, what=what, names="the pair (out, attn)", named=float16_overflow(
         dtype, "raised RuntimeError: the mask's fill value cannot be converted to float16 without overflow",
         "A fixed constant such as -1e9 is not representable in float16 (largest magnitude 65504): "
         "fill with torch.finfo(scores.dtype).min."))
-    if not (isinstance(res, tuple) and len(res) == 2):
-        fail(what, f"returned {describe(res)}", "Return the pair (out, attn).")
-    out, attn = res
     for name, t, shape in (("out", out, (B, H, T_q, d_v)), ("attn", attn, (B, H, T_q, T_k))):
         if not isinstance(t, torch.Tensor):
             fail(what, f"{name} is {describe(t)}", "Return torch tensors.")
@@ -81,20 +78,20 @@ def _check_attention_case(fn: Callable, q, k, v, mask, what: str, compare_sdpa: 
     allowed = np.ones(shape, dtype=bool) if mask is None else np.broadcast_to(mask.cpu().numpy(), shape)
     ref_out, ref_w = attention(qn, kn, vn, allowed)  # (B, H, T_q, d_v), (B, H, T_q, T_k): NaN on a fully masked row
     live = allowed.any(axis=-1)  # (B, H, T_q): rows with at least one allowed key; the others need only be finite
-    a = as_numpy(attn)
-    if not close(a[live], ref_w[live], atol=tol, rtol=0):
-        sums = a.sum(-1)[live]
-        msg = diagnose(a[live], {m: (lambda f=f: f()[live]) for m, f in _wrong_weights(qn, kn, vn, allowed).items()},
-                       atol=tol, rtol=0)
+    def weights_off(a: np.ndarray) -> str:  # a: (n_live, T_k), the live rows' weights
+        sums = a.sum(-1)  # (n_live,)
         off = np.abs(sums - 1) > 10 * tol
-        observed = (f"rows of attn sum to {np.round(sums[off][:4], 3).tolist()}" if off.any()
-                    else f"weights differ (largest gap {np.abs(a[live] - ref_w[live]).max():.3g})")
-        fail(what, observed, msg or "Scores q @ k^T / sqrt(d_k), masked BEFORE a softmax over the keys (dim=-1).")
-    o = as_numpy(out)
+        return (f"rows of attn sum to {np.round(sums[off][:4], 3).tolist()}" if off.any()
+                else f"weights differ (largest gap {np.abs(a - ref_w[live]).max():.3g})")
+
+    compare(as_numpy(attn)[live], ref_w[live], what,
+            "Scores q @ k^T / sqrt(d_k), masked BEFORE a softmax over the keys (dim=-1).", atol=tol, rtol=0,
+            mistakes={m: (lambda f=f: f()[live]) for m, f in _wrong_weights(qn, kn, vn, allowed).items()},
+            observed=weights_off)
     v_size = max(1.0, float(np.abs(vn).max()))
-    if not close(o[live], ref_out[live], atol=tol * v_size, rtol=0):
-        fail(what, f"weights are right but outputs differ (largest gap {np.abs(o[live] - ref_out[live]).max():.3g})",
-             "The output mixes the VALUE rows with the weights: attn @ v.")
+    compare(as_numpy(out)[live], ref_out[live], what, "The output mixes the VALUE rows with the weights: attn @ v.",
+            atol=tol * v_size, rtol=0, observed=lambda o: "weights are right but outputs differ "
+                                                          f"(largest gap {np.abs(o - ref_out[live]).max():.3g})")
     if compare_sdpa is not None:
         ref_t = torch.nn.functional.scaled_dot_product_attention(q, k, v, **compare_sdpa)  # (B, H, T_q, d_v)
         gap = (out.double() - ref_t.double()).abs()[torch.from_numpy(live)]
@@ -161,14 +158,11 @@ def check_mask_after_softmax(fn: Callable) -> None:
         qn, kn, vn, allowed = as_numpy(q), as_numpy(k), as_numpy(v), mask.numpy()
         full = attention(qn, kn, vn)[1]  # (B, H, T_q, T_k): the softmax over every key
         ref_w = full * allowed  # (B, H, T_q, T_k) rows sum to < 1
-        a = as_numpy(attn)
-        if not close(a, ref_w, atol=tol, rtol=1e-5):
-            msg = diagnose(a, {
-                "your weights are renormalised (rows sum to 1): that is the correct masked attention. This function "
-                "must show the BUG: softmax over all keys first, then zero the masked weights, without renormalising":
-                    lambda: attention(qn, kn, vn, allowed)[1],
-                "masked weights are not zeroed: multiply (or fill) the softmax weights with the mask afterwards": full,
-            }, atol=tol)
-            fail(what, f"weights of shape {shape_str(a.shape)} differ from softmax-then-zero", msg)
-        if not close(as_numpy(out), ref_w @ vn, atol=10 * tol, rtol=1e-5):
-            fail(what, "weights are right but outputs differ", "out = attn @ v with the zeroed weights.")
+        compare(as_numpy(attn), ref_w, what, None, atol=tol, rtol=1e-5, mistake_tol=(tol, 1e-6), mistakes={
+            "your weights are renormalised (rows sum to 1): that is the correct masked attention. This function "
+            "must show the BUG: softmax over all keys first, then zero the masked weights, without renormalising":
+                lambda: attention(qn, kn, vn, allowed)[1],
+            "masked weights are not zeroed: multiply (or fill) the softmax weights with the mask afterwards": full,
+        }, observed=lambda a: f"weights of shape {shape_str(a.shape)} differ from softmax-then-zero")
+        compare(as_numpy(out), ref_w @ vn, what, "out = attn @ v with the zeroed weights.", atol=10 * tol, rtol=1e-5,
+                observed=lambda o: "weights are right but outputs differ")

@@ -6,7 +6,7 @@ from typing import Callable
 
 import torch
 
-from ...kit import array, call_student, close, diagnose, fail, fresh_rng, items, lend, seed, torch_generator
+from ...kit import array, ask_items, close, diagnose, fail, fresh_rng, lend, seed, torch_generator
 from ._common import randn, shape_str
 
 __all__ = ["check_mha_batch_first"]
@@ -45,8 +45,7 @@ def check_mha_batch_first(mha_batch_first: Callable) -> None:
     ref_out, ref_w = run(xt, average_attn_weights=False)  # (T, B, E), (B, H, T, T)
     ref_out = ref_out.transpose(0, 1)  # (B, T, E)
     what = f"mha_batch_first(a batch_first=False layer with {H} heads, x of shape {shape_str(x.shape)})"
-    res = call_student(mha_batch_first, lend(mha), x, what=what)
-    out, w = items(res, 2, what, "out, weights")
+    out, w = ask_items(mha_batch_first, lend(mha), x, n=2, what=what, names="out, weights")
     out = array(out, what + ": out", hint="Return the layer's outputs as a tensor, batch first (B, T, E).")
     w_arr = array(w, what + ": weights", hint="Return the layer's weights as a tensor, (B, H, T, T).")
 

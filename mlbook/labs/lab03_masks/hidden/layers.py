@@ -28,22 +28,17 @@ def _layer_weights(rng: np.random.Generator) -> torch.Tensor:
     return torch.from_numpy(rng.standard_normal((3, D_MODEL, D_MODEL)) / math.sqrt(D_MODEL)).float()
 
 
-def _causal_layer(weights: torch.Tensor, leak: str | None) -> Any:
-    """A causal layer built here and lent to the student's property test: the kernel can call
-    it, never see which leak it has."""
-    return lend(causal_layer_with_leak(weights, leak))
+_EVERY_EARLIER = "Change a later token and check that EVERY earlier output is unchanged (all positions before it)."
 
-
-def _padding_layer(weights: torch.Tensor, leak: str | None) -> Any:
-    """A key-padding layer built here and lent to the student's property test."""
-    return lend(padding_layer_with_leak(weights, leak))
-
-
+# kind -> (what the layer does wrong, the hint when the student's test misses it)
 CAUSAL_LEAKS = {
-    "no mask": "has no causal mask at all",
-    "one future key": "lets every query see one future key (a causal mask off by one)",
-    "after softmax": "applies the causal mask after the softmax, so the future leaks in through the normaliser",
-    "first query sees all": "lets only the FIRST position read the whole sequence",
+    "no mask": ("has no causal mask at all", _EVERY_EARLIER),
+    "one future key": ("lets every query see one future key (a causal mask off by one)",
+                       "This leak reads only the next token: change the token right after each position you check "
+                       "(e.g. every position t, or the last token while checking ALL earlier outputs)."),
+    "after softmax": ("applies the causal mask after the softmax, so the future leaks in through the normaliser",
+                      _EVERY_EARLIER),
+    "first query sees all": ("lets only the FIRST position read the whole sequence", _EVERY_EARLIER),
 }
 
 
@@ -52,30 +47,41 @@ if set(CAUSAL_LEAKS) != set(_CAUSAL_LEAK_NAMES):
                       f"builds {sorted(_CAUSAL_LEAK_NAMES)}: keep the two lists the same")
 
 
-def _as_bool(res: Any, what: str) -> bool:
-    """A property test's verdict: a truth value (a one-entry boolean tensor counts), never a number."""
+def _verdict(test: Callable, layer: Any, what: str) -> bool:
+    """The student's property test called on ``layer``: its verdict, a truth value (a one-entry boolean
+    tensor counts), never a number."""
+    res = call_student(test, layer, what=what)
     if isinstance(res, torch.Tensor) and res.dtype == torch.bool and res.numel() == 1:
         res = res.reshape(())
     return boolean(res, what, "A property test returns True (property holds) or False (it is violated).")
 
 
+def _expect_every_leak_caught(test: Callable, name: str, build: Callable, correct: str, correct_hint: str,
+                              leaks: dict[str, tuple[str, str]]) -> None:
+    """The student's property test ``name`` must return True on a correct layer and False on each leaking one.
+
+    Args:
+        build: a leak's kind (None: no leak) -> the layer, built here; it is lent to the kernel,
+            which can call it, never see which leak it has.
+        correct: the correct layer, for the message: "a correctly masked layer".
+        leaks: kind -> (what that layer does wrong, the hint when the test misses it).
+    """
+    what = f"{name}({correct})"
+    if not _verdict(test, lend(build(None)), what):
+        fail(what, "returned False", correct_hint)
+    for kind, (description, hint) in leaks.items():
+        what = f"{name}(a layer that {description})"
+        if _verdict(test, lend(build(kind)), what):
+            fail(what, "returned True, so the leak went unnoticed", hint)
+
+
 def check_outputs_ignore_future(outputs_ignore_future: Callable) -> None:
     """The student's property test must pass a correct causal layer and catch every leak."""
     weights = _layer_weights(fresh_rng())
-    what = "outputs_ignore_future(a correctly masked causal layer)"
-    ok = _as_bool(call_student(outputs_ignore_future, _causal_layer(weights, None), what=what), what)
-    if not ok:
-        fail(what, "returned False",
-             "A correct layer must pass: change only LATER tokens, compare only the EARLIER outputs, and compare "
-             "with a tolerance (torch.allclose), not ==.")
-    for kind, description in CAUSAL_LEAKS.items():
-        what = f"outputs_ignore_future(a layer that {description})"
-        if _as_bool(call_student(outputs_ignore_future, _causal_layer(weights, kind), what=what), what):
-            hint = "Change a later token and check that EVERY earlier output is unchanged (all positions before it)."
-            if kind == "one future key":
-                hint = ("This leak reads only the next token: change the token right after each position you check "
-                        "(e.g. every position t, or the last token while checking ALL earlier outputs).")
-            fail(what, "returned True, so the leak went unnoticed", hint)
+    _expect_every_leak_caught(outputs_ignore_future, "outputs_ignore_future",
+                              lambda leak: causal_layer_with_leak(weights, leak), "a correctly masked causal layer",
+                              "A correct layer must pass: change only LATER tokens, compare only the EARLIER outputs, "
+                              "and compare with a tolerance (torch.allclose), not ==.", CAUSAL_LEAKS)
 
 
 PADDING_LEAKS = {
@@ -95,12 +101,7 @@ if set(PADDING_LEAKS) != set(_PADDING_LEAK_NAMES):
 def check_padding_invariant(padding_invariant: Callable) -> None:
     """The student's property test must pass a correct key-padding layer and catch every leak."""
     weights = _layer_weights(fresh_rng())
-    what = "padding_invariant(a correctly masked layer)"
-    if not _as_bool(call_student(padding_invariant, _padding_layer(weights, None), what=what), what):
-        fail(what, "returned False",
-             "A correct layer must pass: compare only the REAL positions (padded outputs are discarded), "
-             "with a tolerance (torch.allclose).")
-    for kind, (description, hint) in PADDING_LEAKS.items():
-        what = f"padding_invariant(a layer that {description})"
-        if _as_bool(call_student(padding_invariant, _padding_layer(weights, kind), what=what), what):
-            fail(what, "returned True, so the leak went unnoticed", hint)
+    _expect_every_leak_caught(padding_invariant, "padding_invariant",
+                              lambda leak: padding_layer_with_leak(weights, leak), "a correctly masked layer",
+                              "A correct layer must pass: compare only the REAL positions (padded outputs are "
+                              "discarded), with a tolerance (torch.allclose).", PADDING_LEAKS)

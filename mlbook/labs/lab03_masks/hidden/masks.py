@@ -7,7 +7,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from ...kit import call_student, causal_allowed, diagnose, fail, fresh_rng, torch_generator
+from ...kit import call_student, causal_allowed, compare, fail, fresh_rng, torch_generator
 from ._common import POLARITY, expect_bool_tensor, shape_str
 
 __all__ = ["check_causal_mask", "check_causal_mask_with_cache", "check_padding_mask", "check_combine_masks"]
@@ -20,19 +20,17 @@ def check_causal_mask(causal_mask: Callable) -> None:
         what = f"causal_mask({T})"
         m = call_student(causal_mask, T, what=what)
         expect_bool_tensor(m, (1, 1, T, T), what)
-        got = m[0, 0].cpu().numpy()  # (T, T)
-        if np.array_equal(got, causal_allowed(T)):
-            continue
         i, j = np.arange(T)[:, None], np.arange(T)[None, :]  # query and key positions
-        msg = diagnose(got, {
+        # Booleans, so a tolerance of 0 asks for the same mask entry by entry.
+        compare(m[0, 0].cpu().numpy(), causal_allowed(T), what,  # (T, T)
+                "Query i may read key j exactly when j <= i (the past and itself).", atol=0, rtol=0, mistakes={
             "the diagonal is excluded, so a token cannot read itself and the first row is fully masked "
             "(off by one: use j <= i, torch.tril with diagonal=0)": j < i,
             "each query also sees the next (future) key (off by one: the diagonal offset should be 0, not 1)": j <= i + 1,
             "the polarity is inverted: True marks the future, which is the positions to BLOCK. " + POLARITY: j > i,
             "the mask is upper-triangular: each query sees the future and not the past": j >= i,
-        })
-        fail(what, f"row 0 is {got[0].astype(int).tolist()[:8]} and row {T - 1} is {got[-1].astype(int).tolist()[:8]}",
-             msg or "Query i may read key j exactly when j <= i (the past and itself).")
+        }, observed=lambda got: f"row 0 is {got[0].astype(int).tolist()[:8]} and row {T - 1} is "
+                                f"{got[-1].astype(int).tolist()[:8]}")
 
 
 def check_causal_mask_with_cache(causal_mask_with_cache: Callable) -> None:
@@ -44,21 +42,18 @@ def check_causal_mask_with_cache(causal_mask_with_cache: Callable) -> None:
         what = f"causal_mask_with_cache({t_new}, {t_all})"
         m = call_student(causal_mask_with_cache, t_new, t_all, what=what)
         expect_bool_tensor(m, (1, 1, t_new, t_all), what)
-        got = m[0, 0].cpu().numpy()  # (T_new, T_total)
-        if np.array_equal(got, causal_allowed(t_new, t_all)):
-            continue
         i = np.arange(t_new)[:, None] + (t_all - t_new)  # (T_new, 1) absolute query positions
         i0 = np.arange(t_new)[:, None]  # (T_new, 1) the queries counted from the first key
         j = np.arange(t_all)[None, :]  # (1, T_total)
-        msg = diagnose(got, {
+        compare(m[0, 0].cpu().numpy(), causal_allowed(t_new, t_all), what,  # (T_new, T_total)
+                "Query i (absolute position T_total - T_new + i) may read key j exactly when j <= that position.",
+                atol=0, rtol=0, mistakes={
             "the queries were aligned with the START of the keys (top-left): they are the newest tokens, so "
             "query i sits at absolute position T_total - T_new + i (bottom-right alignment)": j <= i0,
             "the diagonal is excluded: a new token must see its own key (off by one)": j < i,
             "each query also sees one future key (off by one)": j <= i + 1,
             "the polarity is inverted. " + POLARITY: j > i,
-        })
-        fail(what, f"the last query's row is {got[-1].astype(int).tolist()[:12]}",
-             msg or "Query i (absolute position T_total - T_new + i) may read key j exactly when j <= that position.")
+        }, observed=lambda got: f"the last query's row is {got[-1].astype(int).tolist()[:12]}")
 
 
 def check_padding_mask(padding_mask: Callable) -> None:
@@ -81,14 +76,11 @@ def check_padding_mask(padding_mask: Callable) -> None:
     expect_bool_tensor(m, (B, 1, 1, T_k), what)
     if not torch.equal(is_pad, before):
         fail(what, "changed the caller's is_pad in place", "Return a new tensor; do not modify the input.")
-    got = m[:, 0, 0, :].cpu().numpy()  # (B, T_k)
-    ref = ~is_pad.numpy()
-    if not np.array_equal(got, ref):
-        msg = diagnose(got, {
-            "the polarity is inverted: your mask is True at the PAD tokens, so attention would land only on "
-            "padding. is_pad marks what to ignore; invert it (~is_pad). " + POLARITY: is_pad.numpy(),
-        })
-        fail(what, f"row 0 of your mask is {got[0].astype(int).tolist()}", msg or "True where the key is a real token.")
+    compare(m[:, 0, 0, :].cpu().numpy(), ~is_pad.numpy(), what, "True where the key is a real token.",  # (B, T_k)
+            atol=0, rtol=0, mistakes={
+        "the polarity is inverted: your mask is True at the PAD tokens, so attention would land only on "
+        "padding. is_pad marks what to ignore; invert it (~is_pad). " + POLARITY: is_pad.numpy(),
+    }, observed=lambda got: f"row 0 of your mask is {got[0].astype(int).tolist()}")
 
 
 def check_combine_masks(combine_masks: Callable) -> None:

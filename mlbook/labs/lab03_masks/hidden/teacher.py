@@ -9,7 +9,7 @@ import torch
 
 from mlbook_helpers.masking import tiny_decoder
 
-from ...kit import array, call_student, causal_allowed, close, diagnose, fail, fresh_rng, lend, seed
+from ...kit import ask_array, causal_allowed, compare, fresh_rng, lend, seed
 from ._common import shape_str
 
 __all__ = ["check_teacher_forcing"]
@@ -42,29 +42,23 @@ def check_teacher_forcing(teacher_forced_logits: Callable, step_by_step_logits: 
     lent = lend(decoder)
 
     what = f"teacher_forced_logits(decoder, targets of shape {shape_str(targets.shape)}, bos_id={bos})"
-    got = array(call_student(teacher_forced_logits, lent, targets, bos, what=what), what, shape=shape,
-                hint=f"Return the decoder's logits for the whole sequence, (B, T, vocab) = {shape}.")
-    if not close(got, ref, atol=_ATOL, rtol=_RTOL):
-        msg = diagnose(got, {
-            "the decoder ran without the causal mask: position t read the targets it must predict; pass "
-            "causal_mask(T)": lambda: decoder(shifted, None).numpy(),
-            "the targets were not shifted: position t read target t, the token it must predict; feed BOS followed "
-            "by targets[:, :-1]": unshifted,
-        }, atol=_ATOL, rtol=_RTOL)
-        fail(what, "the logits differ from one causal pass over BOS followed by targets[:, :-1]",
-             msg or "Feed BOS followed by targets[:, :-1] (the targets shifted right by one) to the decoder once, "
-                    "with the causal mask.")
+    got = ask_array(teacher_forced_logits, lent, targets, bos, what=what, shape=shape,
+                    hint=f"Return the decoder's logits for the whole sequence, (B, T, vocab) = {shape}.")
+    compare(got, ref, what, "Feed BOS followed by targets[:, :-1] (the targets shifted right by one) to the decoder "
+                            "once, with the causal mask.", atol=_ATOL, rtol=_RTOL, mistakes={
+        "the decoder ran without the causal mask: position t read the targets it must predict; pass "
+        "causal_mask(T)": lambda: decoder(shifted, None).numpy(),
+        "the targets were not shifted: position t read target t, the token it must predict; feed BOS followed "
+        "by targets[:, :-1]": unshifted,
+    }, observed=lambda _: "the logits differ from one causal pass over BOS followed by targets[:, :-1]")
 
     what = f"step_by_step_logits(decoder, targets of shape {shape_str(targets.shape)}, bos_id={bos})"
-    got = array(call_student(step_by_step_logits, lent, targets, bos, what=what), what, shape=shape,
-                hint=f"Stack the T steps' logits along dim 1: (B, T, vocab) = {shape}.")
-    if not close(got, steps, atol=_ATOL, rtol=_RTOL):
-        msg = diagnose(got, {
-            "the prefix included the target it must predict: step t feeds BOS and targets[:, :t] (t + 1 tokens)":
-                unshifted,
-            "each step kept the FIRST position's logits: the prediction of the next token is at the LAST position":
-                lambda: np.stack([decoder(shifted[:, : t + 1], causal(t + 1))[:, 0].numpy() for t in range(T)], 1),
-        }, atol=_ATOL, rtol=_RTOL)
-        fail(what, "the logits differ from decoding one prefix at a time",
-             msg or "At step t run the decoder on the first t + 1 tokens of BOS, targets[:, :-1] and keep its "
-                    "last position's logits.")
+    got = ask_array(step_by_step_logits, lent, targets, bos, what=what, shape=shape,
+                    hint=f"Stack the T steps' logits along dim 1: (B, T, vocab) = {shape}.")
+    compare(got, steps, what, "At step t run the decoder on the first t + 1 tokens of BOS, targets[:, :-1] and keep "
+                              "its last position's logits.", atol=_ATOL, rtol=_RTOL, mistakes={
+        "the prefix included the target it must predict: step t feeds BOS and targets[:, :t] (t + 1 tokens)":
+            unshifted,
+        "each step kept the FIRST position's logits: the prediction of the next token is at the LAST position":
+            lambda: np.stack([decoder(shifted[:, : t + 1], causal(t + 1))[:, 0].numpy() for t in range(T)], 1),
+    }, observed=lambda _: "the logits differ from decoding one prefix at a time")

@@ -8,8 +8,8 @@ from typing import Callable
 
 import numpy as np
 
-from ...kit import (Misconception, array, attention, attention_grads, call_student, close, diagnose, fail, first_bad,
-                    fresh_rng, items)
+from ...kit import (Misconception, array, ask_items, attention, attention_grads, call_student, close, compare, diagnose,
+                    fail, first_bad, fresh_rng, items)
 from ._common import GRAD_TOL, view_error
 
 __all__ = ["check_attention_forward", "check_attention_backward", "check_score_bias_grad"]
@@ -101,8 +101,8 @@ def _reference(Q, K, V, dY, allowed, bias) -> dict[str, np.ndarray]:
 
 def _run_forward(attention_forward: Callable, Q, K, V, allowed, bias, what: str):
     kwargs = {} if bias is None else {"bias": bias}
-    res = items(call_student(attention_forward, Q, K, V, allowed, what=what, named=view_error, **kwargs), 2, what,
-                "the pair (Y, cache)")
+    res = ask_items(attention_forward, Q, K, V, allowed, n=2, what=what, names="the pair (Y, cache)", named=view_error,
+                    **kwargs)
     return array(res[0], f"{what}: Y"), res[1]
 
 
@@ -149,17 +149,13 @@ def _check_grads(attention_forward: Callable, backward: Callable, names: tuple[s
         A = attention(Q, K, V, case["allowed"], bias)[1]  # (T_q, T_k)
         variants = _np_backward_variants(A, Q, K, V, dY)
         for name, g in zip(names, grads):
-            g = array(g, f"{what}: {name}")
-            if g.shape != ref[name].shape:
-                fail(what, f"{name} has shape {g.shape}, expected {ref[name].shape}",
-                     "Each gradient has the shape of what it is the gradient of.")
-            if close(g, ref[name], atol=GRAD_TOL, rtol=GRAD_TOL):
-                continue
-            found = diagnose(g, {msg: v[name] for msg, v in variants.items() if name in v}, atol=1e-9, rtol=1e-8)
-            fail(what, f"{name} differs from autograd beyond {GRAD_TOL:g}" + (f": {found}" if found else
-                 f" ({first_bad(g, ref[name], GRAD_TOL, GRAD_TOL)})"),
-                 None if found else "dV = A^T dY, dA = dY V^T, dS = A * (dA - rowsum(dA * A)), "
-                                    "dQ = dS K / sqrt(d_k), dK = dS^T Q / sqrt(d_k).")
+            compare(array(g, f"{what}: {name}"), ref[name], f"{what}: {name}",
+                    "dV = A^T dY, dA = dY V^T, dS = A * (dA - rowsum(dA * A)), dQ = dS K / sqrt(d_k), "
+                    "dK = dS^T Q / sqrt(d_k).", atol=GRAD_TOL, rtol=GRAD_TOL, mistake_tol=(1e-9, 1e-8),
+                    mistakes={msg: v[name] for msg, v in variants.items() if name in v},
+                    shape_hint="Each gradient has the shape of what it is the gradient of.",
+                    observed=lambda g, name=name: f"differs from autograd beyond {GRAD_TOL:g} "
+                                                  f"({first_bad(g, ref[name], GRAD_TOL, GRAD_TOL)})")
 
 
 def check_attention_backward(attention_forward: Callable, attention_backward: Callable) -> None:

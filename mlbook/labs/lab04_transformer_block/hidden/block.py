@@ -11,7 +11,8 @@ from torch import nn
 
 from mlbook_helpers.transformer_block import TorchAttention
 
-from ...kit import Handle, RemoteError, array, call_student, close, diagnose, fail, first_bad, fresh_rng, helper, items
+from ...kit import (Handle, RemoteError, array, ask_items, call_student, close, compare, fail, first_bad, fresh_rng,
+                    helper)
 from ._common import GRAD_TOL, view_error
 
 __all__ = ["check_block"]
@@ -144,20 +145,17 @@ def _check_block_case(TB: type, d: int, H: int, d_ff: int, B: int, T: int, case:
     block.eval()
     x = torch.from_numpy(rng.normal(size=(B, T, d)))  # (B, T, d)
     mask = torch.tril(torch.ones(T, T, dtype=torch.bool))[None, None] if causal else None  # (1, 1, T, T)
-    y, attn = items(call_student(block, x, mask, what=what, named=view_error), 2, what, "the pair (y, attn)")
-    y_np = array(y, f"{what}: y")
-    if y_np.shape != (B, T, d):
-        fail(what, f"y has shape {y_np.shape}", "The block's output has its input's shape (B, T, d_model).")
-    ref = _ref_block(subs, x, mask, pre_ln, residual).numpy()
-    if close(y_np, ref, atol=GRAD_TOL, rtol=1e-8):
-        z = subs.ln1(x) if pre_ln else x  # what the attention sublayer reads
-        ref_attn = subs.attn(z, z, mask)[1].numpy()
-        if isinstance(attn, Handle) or not close(attn, ref_attn, atol=1e-10, rtol=0):
-            fail(what, "y is right but the returned attn is not the attention sublayer's weights",
-                 "Return the (B, H, T, T) weights that self.attn returned.")
-        return
-    found = diagnose(y_np, {msg: (lambda v=v: _ref_block(subs, x, mask, pre_ln, residual, v).numpy())
-                            for v, msg in BLOCK_VARIANTS.items()}, atol=1e-9, rtol=1e-8)
-    fail(what, found or f"output differs from the block's definition ({first_bad(y_np, ref, GRAD_TOL, 1e-8)})",
-         None if found else ("post-LN: h = LN1(x + attn(x)), y = LN2(h + FFN(h)); pre-LN: h = x + attn(LN1(x)), "
-                             "y = h + FFN(LN2(h)); residual=False drops the '+ x' and '+ h' terms."))
+    y, attn = ask_items(block, x, mask, n=2, what=what, names="the pair (y, attn)", named=view_error)
+    ref = _ref_block(subs, x, mask, pre_ln, residual).numpy()  # (B, T, d)
+    compare(array(y, f"{what}: y"), ref, f"{what}: y",
+            "post-LN: h = LN1(x + attn(x)), y = LN2(h + FFN(h)); pre-LN: h = x + attn(LN1(x)), y = h + FFN(LN2(h)); "
+            "residual=False drops the '+ x' and '+ h' terms.", atol=GRAD_TOL, rtol=1e-8, mistake_tol=(1e-9, 1e-8),
+            mistakes={msg: (lambda v=v: _ref_block(subs, x, mask, pre_ln, residual, v).numpy())
+                      for v, msg in BLOCK_VARIANTS.items()},
+            shape_hint="The block's output has its input's shape (B, T, d_model).",
+            observed=lambda got: f"output differs from the block's definition ({first_bad(got, ref, GRAD_TOL, 1e-8)})")
+    z = subs.ln1(x) if pre_ln else x  # what the attention sublayer reads
+    ref_attn = subs.attn(z, z, mask)[1].numpy()  # (B, H, T, T)
+    if isinstance(attn, Handle) or not close(attn, ref_attn, atol=1e-10, rtol=0):
+        fail(what, "y is right but the returned attn is not the attention sublayer's weights",
+             "Return the (B, H, T, T) weights that self.attn returned.")

@@ -7,7 +7,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from ...kit import array, call_student, close, diagnose, fail, first_bad, float_tolerance, fresh_rng, items
+from ...kit import array, ask_items, close, diagnose, fail, first_bad, float_tolerance, fresh_rng
 from ._common import view_error
 
 __all__ = ["check_fused_qkv"]
@@ -50,8 +50,8 @@ def check_fused_qkv(fused_qkv: Callable) -> None:
         x_np = rng.normal(size=(B, T, d))  # (B, T, d_model)
         W_np = rng.normal(size=(d, 3 * d)) / np.sqrt(d)  # (d_model, 3 d_model)
         what = f"fused_qkv(x of shape {(B, T, d)}, W_qkv of shape {(d, 3 * d)}, n_heads={H})"
-        got = items(call_student(fused_qkv, torch.from_numpy(x_np.copy()), torch.from_numpy(W_np.copy()), H,
-                                 what=what, named=view_error), 3, what, "(q, k, v)")
+        got = ask_items(fused_qkv, torch.from_numpy(x_np.copy()), torch.from_numpy(W_np.copy()), H, n=3, what=what,
+                        names="(q, k, v)", named=view_error)
         got = [array(g, f"{name} of {what}") for name, g in zip("qkv", got)]
         for name, g in zip("qkv", got):
             if g.shape != (B, H, T, dh):

@@ -7,7 +7,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from ...kit import array, call_student, close, diagnose, fail, fresh_rng
+from ...kit import ask_array, call_student, close, compare, fail, fresh_rng
 from ._common import view_error
 
 __all__ = ["DIRECT_VIEW", "MERGE_NO_TRANSPOSE", "check_heads"]
@@ -26,20 +26,16 @@ def _split_problem(split_heads: Callable, rng: np.random.Generator) -> None:
     x_np = rng.normal(size=(B, T, d)).astype(np.float32)  # (B, T, d_model)
     x = torch.from_numpy(x_np.copy())
     what = f"split_heads(x of shape {(B, T, d)}, n_heads={H})"
-    out = array(call_student(split_heads, x, H, what=what, named=view_error), what)
-    if out.shape != (B, H, T, dh):
-        fail(what, f"returned shape {out.shape}", "Expected (B, n_heads, T, d_model // n_heads).")
-    expected = x_np.reshape(B, T, H, dh).transpose(0, 2, 1, 3)  # (B, H, T, d_head)
-    if close(out, expected, atol=0, rtol=0):
-        return
-    found = diagnose(out, {
+    out = ask_array(split_heads, x, H, what=what, named=view_error)
+    # A split only moves entries, so a tolerance of 0 asks for each one in its place.
+    compare(out, x_np.reshape(B, T, H, dh).transpose(0, 2, 1, 3), what,  # (B, H, T, d_head)
+            "Head h must hold x[b, t, h*d_head:(h+1)*d_head] at [b, h, t].", atol=0, rtol=0, mistakes={
         DIRECT_VIEW: lambda: x_np.reshape(B, H, T, dh),
         "channels were split with d_head as the outer axis (B, T, d_head, H), so head h got every "
         "H-th channel; head h must own a contiguous block of d_head channels":
             lambda: x_np.reshape(B, T, dh, H).transpose(0, 3, 1, 2),
-    }, atol=0, rtol=0)
-    fail(what, found or "heads do not own contiguous channel blocks",
-         None if found else "Head h must hold x[b, t, h*d_head:(h+1)*d_head] at [b, h, t].")
+    }, shape_hint="Expected (B, n_heads, T, d_model // n_heads).",
+            observed=lambda _: "heads do not own contiguous channel blocks")
 
 
 def _merge_problem(merge_heads: Callable, rng: np.random.Generator) -> None:
@@ -47,20 +43,15 @@ def _merge_problem(merge_heads: Callable, rng: np.random.Generator) -> None:
     base = rng.normal(size=(B, T, H, dh)).astype(np.float32)  # (B, T, H, d_head)
     y = torch.from_numpy(base.copy()).transpose(1, 2)  # (B, H, T, d_head), not contiguous, like split_heads output
     what = f"merge_heads(x of shape {(B, H, T, dh)})"
-    out = array(call_student(merge_heads, y, what=what, named=view_error), what)
-    if out.shape != (B, T, H * dh):
-        fail(what, f"returned shape {out.shape}", "Expected (B, T, n_heads * d_head).")
-    expected = base.reshape(B, T, H * dh)  # (B, T, d_model)
-    if close(out, expected, atol=0, rtol=0):
-        return
+    out = ask_array(merge_heads, y, what=what, named=view_error)
     heads_first = base.transpose(0, 2, 1, 3)  # (B, H, T, d_head)
-    found = diagnose(out, {
+    compare(out, base.reshape(B, T, H * dh), what,  # (B, T, d_model)
+            "Token t's row must be [head 0's d_head channels, head 1's, ...].", atol=0, rtol=0, mistakes={
         MERGE_NO_TRANSPOSE: lambda: heads_first.reshape(B, T, H * dh),
         "channels interleaved across heads (merged through (B, T, d_head, H)); concatenate each "
         "head's d_head channels in head order": lambda: base.transpose(0, 1, 3, 2).reshape(B, T, H * dh),
-    }, atol=0, rtol=0)
-    fail(what, found or "the output is not the concatenation of the heads' channels",
-         None if found else "Token t's row must be [head 0's d_head channels, head 1's, ...].")
+    }, shape_hint="Expected (B, T, n_heads * d_head).",
+            observed=lambda _: "the output is not the concatenation of the heads' channels")
 
 
 def check_heads(split_heads: Callable, merge_heads: Callable) -> None:

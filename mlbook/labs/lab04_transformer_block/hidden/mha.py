@@ -9,8 +9,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from ...kit import (Misconception, array, attention, call_student, close, diagnose, fail, first_bad, fresh_rng, helper,
-                    items)
+from ...kit import (Misconception, array, ask_items, attention, call_student, close, diagnose, fail, first_bad,
+                    fresh_rng, helper)
 from ._common import view_error
 from .heads import DIRECT_VIEW, MERGE_NO_TRANSPOSE, check_heads
 
@@ -168,7 +168,7 @@ def _check_mha_case(MHA: type, load: Callable, case: dict, rng: np.random.Genera
     xkv = torch.from_numpy(xkv_np) if case["cross"] else xq  # self-attention: the same tensor
     mask, torch_kwargs = _mha_masks(case, rng)
     ref_out, ref_w = tmha(xq, xkv, xkv, need_weights=True, average_attn_weights=False, **torch_kwargs)
-    out, attn = items(call_student(mha, xq, xkv, mask, what=what, named=view_error), 2, what, "the pair (out, attn)")
+    out, attn = ask_items(mha, xq, xkv, mask, n=2, what=what, names="the pair (out, attn)", named=view_error)
     out_np = array(out, f"{what}: out", finite=False)  # nan and inf: diagnosed below
     if out_np.shape != (B, T_q, d):
         fail(what, f"out has shape {out_np.shape}",

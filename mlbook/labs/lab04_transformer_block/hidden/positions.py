@@ -6,7 +6,7 @@ from typing import Callable
 
 import numpy as np
 
-from ...kit import array, call_student, close, diagnose, fail, first_bad, fresh_rng
+from ...kit import ask_array, compare, fresh_rng
 from ._common import view_error
 
 __all__ = ["check_sinusoidal"]
@@ -47,13 +47,8 @@ def check_sinusoidal(sinusoidal_positions: Callable) -> None:
     for _ in range(2):
         T, d = int(rng.integers(9, 40)), 2 * int(rng.integers(5, 24))
         what = f"sinusoidal_positions({T}, {d})"
-        pe = array(call_student(sinusoidal_positions, T, d, what=what, named=view_error), what)
-        if pe.shape != (T, d):
-            fail(what, f"shape is {pe.shape}", "Expected (T, d_model): one row per position.")
-        ref = _np_positions(T, d)
-        if close(pe, ref, atol=1e-9, rtol=0):
-            continue
-        found = diagnose(pe, {msg: (lambda v=v: _np_positions(T, d, v)) for v, msg in POSITION_VARIANTS.items()},
-                         atol=1e-9, rtol=0)
-        fail(what, found or f"values differ from PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...) "
-                            f"({first_bad(pe, ref, 1e-9, 0)})")
+        pe = ask_array(sinusoidal_positions, T, d, what=what, named=view_error)
+        compare(pe, _np_positions(T, d), what, "Values differ from PE(pos, 2i) = sin(pos / 10000^(2i/d)), "
+                "PE(pos, 2i+1) = cos(...).", atol=1e-9, rtol=0,
+                mistakes={msg: (lambda v=v: _np_positions(T, d, v)) for v, msg in POSITION_VARIANTS.items()},
+                shape_hint="Expected (T, d_model): one row per position.")

@@ -16,7 +16,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from ...kit import array, call_student, close, data_array, diagnose, fail, first_bad, fresh_rng, items
+from ...kit import array, ask_items, call_student, close, compare, data_array, diagnose, fail, first_bad, fresh_rng
 from ._common import view_error
 
 __all__ = ["check_apply_rope", "check_rope_step", "rope_reference"]
@@ -189,35 +189,30 @@ def check_rope_step(rope_step_scores: Callable) -> None:
         k = rng.normal(size=(B, H, 1, d))  # (B, H, 1, d) its key
         cache = rope_reference(rng.normal(size=(B, H, t, d)), np.arange(t), layout)  # (B, H, t, d) rotated keys
         what = f"rope_step_scores with a cache of {t} keys (B = {B}, H = {H}, d_head = {d}, {layout!r})"
-        res = items(call_student(rope_step_scores, torch.as_tensor(q), torch.as_tensor(k), torch.as_tensor(cache),
-                                 layout, what=what, named=view_error), 2, what, "the pair (scores, k_cache)")
+        res = ask_items(rope_step_scores, torch.as_tensor(q), torch.as_tensor(k), torch.as_tensor(cache), layout,
+                        n=2, what=what, names="the pair (scores, k_cache)", named=view_error)
         scores = array(res[0], f"{what}: scores", shape=(B, H, 1, t + 1),
                        hint="One row of scores per head: the new query against keys 0..t (the cache and its own key).")
         grown = array(res[1], f"{what}: the returned cache", shape=(B, H, t + 1, d),
                       hint="Return the cache with the new rotated key appended along the time axis (dim=-2).")
         ref_scores, ref_cache = _step_reference(q, k, cache, layout)
-        if not close(scores, ref_scores, atol=1e-10, rtol=1e-10):
-            found = diagnose(scores, {msg: (lambda v=v: _step_reference(q, k, cache, layout, v)[0])
-                                      for v, msg in STEP_VARIANTS.items()}, atol=1e-10, rtol=1e-10)
-            fail(f"{what}: scores", found or (
-                "they differ from (R_t q) . [cache, R_t k] / sqrt(d_head) "
-                f"({first_bad(scores, ref_scores, 1e-10, 1e-10)}); does apply_rope pass its own tests?"))
-        if not close(grown, ref_cache, atol=1e-12, rtol=1e-12):
-            found = diagnose(grown, {
-                "the new key was appended unrotated: rotate it by t before it joins the cache":
-                    lambda: _step_reference(q, k, cache, layout, "key_unrotated")[1],
-                "the new key was rotated by t + 1: with t cached keys (positions 0..t-1) the new token's 0-based "
-                "position is t, off by one (the scores of a step cannot show it, RoPE being relative, but the cache "
-                "no longer matches keys rotated in one pass over the prompt)":
-                    lambda: _step_reference(q, k, cache, layout, "plus_one")[1],
-                "the new key was rotated by t - 1: with t cached keys (positions 0..t-1) the new token's 0-based "
-                "position is t, off by one":
-                    lambda: _step_reference(q, k, cache, layout, "minus_one")[1],
-                "the new key was rotated in the other layout: pass the layout argument on to apply_rope":
-                    lambda: _step_reference(q, k, cache, layout, "other_layout")[1],
-                "the new key was put first: append it after the cached keys (positions stay in order)":
-                    lambda: np.concatenate([ref_cache[..., -1:, :], cache], axis=-2),
-            }, atol=1e-12, rtol=1e-12)
-            fail(f"{what}: the returned cache", found or
-                 (f"it is not the old cache followed by the new rotated key ({first_bad(grown, ref_cache, 1e-12, 1e-12)}); "
-                          "does apply_rope pass its own tests?"))
+        compare(scores, ref_scores, f"{what}: scores", "They differ from (R_t q) . [cache, R_t k] / sqrt(d_head); "
+                "does apply_rope pass its own tests?", atol=1e-10, rtol=1e-10,
+                mistakes={msg: (lambda v=v: _step_reference(q, k, cache, layout, v)[0])
+                          for v, msg in STEP_VARIANTS.items()})
+        compare(grown, ref_cache, f"{what}: the returned cache", "It is not the old cache followed by the new rotated "
+                "key; does apply_rope pass its own tests?", atol=1e-12, rtol=1e-12, mistakes={
+            "the new key was appended unrotated: rotate it by t before it joins the cache":
+                lambda: _step_reference(q, k, cache, layout, "key_unrotated")[1],
+            "the new key was rotated by t + 1: with t cached keys (positions 0..t-1) the new token's 0-based "
+            "position is t, off by one (the scores of a step cannot show it, RoPE being relative, but the cache "
+            "no longer matches keys rotated in one pass over the prompt)":
+                lambda: _step_reference(q, k, cache, layout, "plus_one")[1],
+            "the new key was rotated by t - 1: with t cached keys (positions 0..t-1) the new token's 0-based "
+            "position is t, off by one":
+                lambda: _step_reference(q, k, cache, layout, "minus_one")[1],
+            "the new key was rotated in the other layout: pass the layout argument on to apply_rope":
+                lambda: _step_reference(q, k, cache, layout, "other_layout")[1],
+            "the new key was put first: append it after the cached keys (positions stay in order)":
+                lambda: np.concatenate([ref_cache[..., -1:, :], cache], axis=-2),
+        })

@@ -20,8 +20,7 @@ import torch
 
 from mlbook_helpers.decoding import TinyCausalLM
 
-from ...kit import (attention, call_student, causal_allowed, close, diagnose, fail, first_bad, float_tolerance,
-                    fresh_rng, items, seed)
+from ...kit import ask_items, attention, causal_allowed, close, compare, fail, float_tolerance, fresh_rng, seed
 from ._common import dtype_name, floats, tensor
 from .kv_cache import cache_pair
 
@@ -76,28 +75,22 @@ def _step_case(fn, rng, B, H, T_cache, T_new, d_k, d_v, dtype) -> None:
     q, k_new, v_new, K, V = _inputs(rng, B, H, T_cache, T_new, d_k, d_v, dtype)
     what = (f"decode_step({T_new} new token{'s' if T_new > 1 else ''}, cache of {T_cache}) with B={B}, H={H}, "
             f"d_k={d_k}, d_v={d_v}, {dtype_name(dtype)}")
-    got = items(call_student(fn, tensor(q, dtype), tensor(k_new, dtype), tensor(v_new, dtype),
-                             (tensor(K, dtype), tensor(V, dtype)), what=what), 2, what, "the pair (out, cache)")
+    got = ask_items(fn, tensor(q, dtype), tensor(k_new, dtype), tensor(v_new, dtype), (tensor(K, dtype), tensor(V, dtype)),
+                    n=2, what=what, names="the pair (out, cache)")
     T = T_cache + T_new
     out = floats(got[0], f"{what}: out", (B, H, T_new, d_v), dtype, "out of shape (B, H, T_new, d_v)")
     gK, gV = cache_pair(got[1], f"{what}: the returned cache", (B, H, T, d_k), (B, H, T, d_v), dtype)
     want, want_K, want_V = _step(q, k_new, v_new, K, V)
     tol = float_tolerance(dtype)
-    if not close(out, want, **tol):
-        cause = diagnose(out, {msg: (lambda m=m: _step(q, k_new, v_new, K, V, mistake=m)[0])
-                               for m, msg in _STEP_MISTAKES.items()}, **tol)
-        fail(f"{what}: out", first_bad(out, want, **tol),
-             cause or "Append k_new, v_new to the cache, score the new queries against every cached key (scaled by "
-                      "1/sqrt(d_k)), mask key j for the query at position T_total - T_new + i when j is later, "
-                      "softmax over the keys and weight the values.")
-    if not close(gK, want_K, **tol):
-        fail(f"{what}: the returned cache's K", first_bad(gK, want_K, **tol),
-             "Return the cache grown by the new keys: the cached rows, then k_new.")
-    if not close(gV, want_V, **tol):
-        cause = diagnose(gV, {_STEP_MISTAKES["cache-outputs"]: _step(q, k_new, v_new, K, V, mistake="cache-outputs")[2]},
-                         **tol)
-        fail(f"{what}: the returned cache's V", first_bad(gV, want_V, **tol),
-             cause or "Return the cache grown by the new values: the cached rows, then v_new.")
+    compare(out, want, f"{what}: out", "Append k_new, v_new to the cache, score the new queries against every cached "
+            "key (scaled by 1/sqrt(d_k)), mask key j for the query at position T_total - T_new + i when j is later, "
+            "softmax over the keys and weight the values.", **tol,
+            mistakes={msg: (lambda m=m: _step(q, k_new, v_new, K, V, mistake=m)[0]) for m, msg in _STEP_MISTAKES.items()})
+    compare(gK, want_K, f"{what}: the returned cache's K",
+            "Return the cache grown by the new keys: the cached rows, then k_new.", **tol)
+    compare(gV, want_V, f"{what}: the returned cache's V",
+            "Return the cache grown by the new values: the cached rows, then v_new.", **tol,
+            mistakes={_STEP_MISTAKES["cache-outputs"]: lambda: _step(q, k_new, v_new, K, V, mistake="cache-outputs")[2]})
 
 
 def check_decode_step(fn) -> None:
@@ -131,7 +124,7 @@ def _student_step(fn, model: TinyCausalLM, label: str, calls: list):
         calls.append(1)
         T_new, T_cache = q.shape[-2], np.asarray(cache[0]).shape[-2]
         what = f"decode_step inside greedy decoding ({label}), call {len(calls)}: {T_new} new, cache of {T_cache}"
-        got = items(call_student(fn, q, k, v, cache, what=what), 2, what, "the pair (out, cache)")
+        got = ask_items(fn, q, k, v, cache, n=2, what=what, names="the pair (out, cache)")
         out = floats(got[0], f"{what}: out", (1, H, T_new, d), torch.float64, "out of shape (B, H, T_new, d_v)")
         K, V = cache_pair(got[1], f"{what}: the returned cache", (1, H, T_cache + T_new, d), (1, H, T_cache + T_new, d),
                           torch.float64)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ...kit import attention, call_student, causal_allowed, close, diagnose, fail, first_bad, float_tolerance, fresh_rng
+from ...kit import attention, call_student, causal_allowed, compare, float_tolerance, fresh_rng
 from ._common import dtype_name, floats, tensor
 
 __all__ = ["check_grouped_query_attention"]
@@ -54,14 +54,9 @@ def _case(fn, rng, B, H, G, T_q, T_k, d_k, d_v, causal, dtype) -> None:
             f"d_k={d_k}, d_v={d_v}, {dtype_name(dtype)}")
     got = call_student(fn, tensor(q, dtype), tensor(k, dtype), tensor(v, dtype), causal=causal, what=what)
     out = floats(got, what, (B, H, T_q, d_v), dtype, "an output of shape (B, H, T_q, d_v), one per query head")
-    want = _gqa(q, k, v, causal)
-    tol = float_tolerance(dtype)
-    if close(out, want, **tol):
-        return
-    cause = diagnose(out, _variants(q, k, v, causal), **tol)
-    fail(what, first_bad(out, want, **tol),
-         cause or "Query head h attends with kv head h // (H // G): repeat each kv head H // G times along the head "
-                  "axis (repeat_interleave), then attend per head as usual.")
+    compare(out, _gqa(q, k, v, causal), what, "Query head h attends with kv head h // (H // G): repeat each kv head "
+            "H // G times along the head axis (repeat_interleave), then attend per head as usual.",
+            mistakes=_variants(q, k, v, causal), **float_tolerance(dtype))
 
 
 def check_grouped_query_attention(fn) -> None:

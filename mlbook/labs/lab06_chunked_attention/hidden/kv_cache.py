@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ...kit import call_student, close, diagnose, fail, first_bad, float_tolerance, fresh_rng, items, number
+from ...kit import ask_number, call_student, close, compare, diagnose, fail, float_tolerance, fresh_rng, items
 from ._common import dtype_name, floats, tensor
 
 __all__ = ["cache_pair", "check_kv_cache_append", "check_kv_cache_bytes"]
@@ -52,11 +52,9 @@ def check_kv_cache_append(fn) -> None:
         gK, gV = cache_pair(got, what, (B, H, T, d_k), (B, H, T, d_v), dtype)
         tol = float_tolerance(dtype)
         for name, mine, old, new in (("K", gK, K, k_new), ("V", gV, V, v_new)):
-            want = np.concatenate([old, new], axis=-2)
-            if not close(mine, want, **tol):
-                cause = diagnose(mine, _cache_variants(old, new, "keys" if name == "K" else "values"), **tol)
-                fail(f"{what}: {name}", first_bad(mine, want, **tol),
-                     cause or "Concatenate the cached rows and then the new ones along the time axis (dim -2).")
+            compare(mine, np.concatenate([old, new], axis=-2), f"{what}: {name}",
+                    "Concatenate the cached rows and then the new ones along the time axis (dim -2).", **tol,
+                    mistakes=_cache_variants(old, new, "keys" if name == "K" else "values"))
 
 
 def check_kv_cache_bytes(fn) -> None:
@@ -65,8 +63,8 @@ def check_kv_cache_bytes(fn) -> None:
         L, G, d = int(rng.integers(2, 97)), int(rng.integers(2, 33)), int(rng.choice([32, 64, 80, 96, 128, 256]))
         T, batch, per = int(rng.integers(100, 33000)), int(rng.integers(2, 17)), int(rng.choice([1, 2, 4]))
         call = f"kv_cache_bytes({L}, {G}, {d}, {T}, batch={batch}, bytes_per_entry={per})"
-        got = number(call_student(fn, L, G, d, T, batch=batch, bytes_per_entry=per, what=call), call,
-                     "Return the number of bytes as one int.")
+        got = ask_number(fn, L, G, d, T, batch=batch, bytes_per_entry=per, what=call,
+                         hint="Return the number of bytes as one int.")
         want = 2 * L * G * d * T * batch * per
         if close(got, want, atol=0.5, rtol=1e-12):
             continue

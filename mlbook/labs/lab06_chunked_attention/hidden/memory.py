@@ -52,7 +52,7 @@ import torch
 
 from mlbook_helpers.measure import format_bytes
 
-from ...kit import call_student, close, fail, first_bad, float_tolerance, fresh_rng, procmem, session
+from ...kit import call_student, compare, fail, float_tolerance, fresh_rng, procmem, session
 from ._common import f32, grads, out_lse
 
 __all__ = ["memory_root", "check_chunked_memory", "check_backward_memory"]
@@ -197,9 +197,8 @@ def _chunked_memory_case(fn: Callable, rng: np.random.Generator, causal: bool, r
         def check(got, what, want_out=want_out, want_lse=want_lse, T=T):
             out, lse = out_lse(got, what, T, d_v, torch.float32)
             for name, mine, want in (("out", out, want_out), ("lse", lse, want_lse)):
-                if not close(mine, want, **_MEM_TOL):
-                    fail(f"{what}: {name}", first_bad(mine, want, **_MEM_TOL),
-                         "The call whose memory is measured must give the right result too.")
+                compare(mine, want, f"{what}: {name}", "The call whose memory is measured must give the right result "
+                        "too.", **_MEM_TOL)
 
         cases[T] = ((q, k, v, c), {"causal": causal}, check)
 
@@ -275,9 +274,8 @@ def check_backward_memory(fn: Callable, rng: np.random.Generator, causal: bool, 
 
         def check(got, what, want=want, shapes=(q.shape, k.shape, v.shape)):
             for name, mine, ref in zip(("dq", "dk", "dv"), grads(got, what, *shapes, torch.float32), want):
-                if not close(mine, ref, **_MEM_TOL):
-                    fail(f"{what}: {name}", first_bad(mine, ref, **_MEM_TOL),
-                         "The call whose memory is measured must give the right gradients too.")
+                compare(mine, ref, f"{what}: {name}", "The call whose memory is measured must give the right gradients "
+                        "too.", **_MEM_TOL)
 
         cases[T] = (args, {"causal": causal}, check)
 

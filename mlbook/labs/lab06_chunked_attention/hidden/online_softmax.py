@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ...kit import call_student, close, fail, first_bad, float_tolerance, fresh_rng, items
+from ...kit import ask_items, close, fail, first_bad, float_tolerance, fresh_rng
 from ._common import floats, tensor
 
 __all__ = ["update", "check_online_softmax_update"]
@@ -40,7 +40,7 @@ _UPDATE_MISTAKES = {
 
 def _update_case(fn, m, l, acc, s, v, dtype, what, loose=False) -> None:
     args = [tensor(x, dtype) for x in (m, l, acc, s, v)]
-    got = items(call_student(fn, *args, what=what), 3, what, "the tuple (m_new, l_new, acc_new)")
+    got = ask_items(fn, *args, n=3, what=what, names="the tuple (m_new, l_new, acc_new)")
     names = ("m_new", "l_new", "acc_new")
     n_q, d_v = acc.shape
     got = [floats(g, f"{what}: {name}", shape, dtype, "m_new and l_new of shape (n_q,), acc_new of shape (n_q, d_v)")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ...kit import call_student, close, diagnose, fail, fresh_rng, number
+from ...kit import ask_number, close, diagnose, fail, fresh_rng
 
 __all__ = ["check_attention_matrix_bytes"]
 
@@ -13,8 +13,8 @@ def check_attention_matrix_bytes(fn) -> None:
         B, H, T = int(rng.integers(2, 9)), int(rng.integers(2, 17)), int(rng.integers(100, 5000))
         per = int(rng.choice([1, 2, 4]))
         what = f"attention_matrix_bytes({B}, {H}, {T}, {per})"
-        got = number(call_student(fn, B, H, T, per, what=what), what,
-                     "Return the number of bytes as one int: B * H * T * T * bytes_per_entry.")
+        got = ask_number(fn, B, H, T, per, what=what,
+                         hint="Return the number of bytes as one int: B * H * T * T * bytes_per_entry.")
         want = B * H * T * T * per
         if close(got, want, atol=0.5, rtol=1e-9):
             continue

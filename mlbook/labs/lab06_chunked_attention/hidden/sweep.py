@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...kit import array, call_student, data_array, diagnose, fail, fresh_rng, helper, lend, number
+from ...kit import ask_array, call_student, data_array, diagnose, fail, fresh_rng, helper, lend, number
 from ._common import f32
 
 __all__ = ["check_memory_sweep"]
@@ -81,9 +81,8 @@ def check_memory_sweep(fn) -> None:
                                  "the kernel's peak_memory of a probe")
         probe.calls.clear()
         what = f"memory_sweep({label}, T_values={Ts}, d={d})"
-        got = call_student(fn, lent, Ts, d, what=what)
-        got = array(got, what, shape=(len(Ts),), kind="iuf",
-                    hint="Return a list of ints: one measured peak (peak_memory(...).bytes) per T, in order.")
+        got = ask_array(fn, lent, Ts, d, what=what, shape=(len(Ts),), kind="iuf",
+                        hint="Return a list of ints: one measured peak (peak_memory(...).bytes) per T, in order.")
         _check_probe_calls(probe, Ts, d, what)
         for T, b in zip(Ts, got):
             want = expected[T]
