@@ -116,7 +116,8 @@ def test_check_flags_a_zip_that_holds_grader_code(tmp_path):
     path = write_release_zip(course, LAB)
     assert path == default_path(course, LAB) and rule_problems(course) == []
     with zipfile.ZipFile(path, "a") as archive:
-        archive.writestr(f"{LAB}/mlbook/labs/{LAB}/hidden.py", (REPO.root / f"mlbook/labs/{LAB}/hidden.py").read_text())
+        archive.writestr(f"{LAB}/mlbook/labs/{LAB}/hidden/attention.py",
+                         (REPO.root / f"mlbook/labs/{LAB}/hidden/attention.py").read_text())
     problems = rule_problems(course)
     assert any("course or grader files never go to students" in p for p in problems), problems
     assert any("which students do not need" in p for p in problems), problems
