@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mlbook.errors import MlbookError
+from mlbook.sandbox.bwrap import package_dir
 from mlbook.hub.exchange import Exchange
 
 START_TIMEOUT_S = 120
@@ -153,7 +154,7 @@ def student_python(folder: Path) -> Path:
     python = _environment(prefix, str(_site_packages()))
     packages = prefix / "lib" / "python3.11" / "site-packages"
     for relative in STUDENT_FILES:
-        origin, copy = _checkout_of(relative.split("/")[0]).parent / relative, packages / relative
+        origin, copy = package_dir(relative.split("/")[0]).parent / relative, packages / relative
         if origin.is_dir():
             shutil.rmtree(copy, ignore_errors=True)
             shutil.copytree(origin, copy, ignore=shutil.ignore_patterns("__pycache__"))
@@ -168,16 +169,6 @@ def _site_packages() -> Path:
     return Path(sys.prefix) / "lib" / "python3.11" / "site-packages"
 
 
-def _checkout_of(package: str) -> Path:
-    """The folder the grader imports ``package`` from."""
-    import importlib.util
-
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        raise MlbookError(f"cannot find the package {package}")
-    return Path(list(spec.submodule_search_locations)[0]).resolve()
-
-
 def shield_checkout(group: str) -> list[tuple[Path, int, int]]:
     """Make the grader's checkout unreadable to students, readable by the staff ``group``.
 
@@ -189,7 +180,7 @@ def shield_checkout(group: str) -> list[tuple[Path, int, int]]:
     package in site-packages) shields ``mlbook/labs`` alone.
     """
     gid = grp.getgrnam(group).gr_gid
-    package = _checkout_of("mlbook")
+    package = package_dir("mlbook")
     root = package.parent
     is_checkout = (root / "pyproject.toml").is_file()
     entries = [p for p in root.iterdir() if p.name not in SHARED_ENTRIES] if is_checkout else [package / "labs"]

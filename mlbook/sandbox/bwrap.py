@@ -50,7 +50,8 @@ INSTALL_HINT = ("install Debian's bubblewrap (`sudo apt-get install bubblewrap`,
                 "or grade unsandboxed with --unsandboxed if you trust every submission")
 
 
-def _package_dir(name: str) -> Path:
+def package_dir(name: str) -> Path:
+    """The folder this process imports the package ``name`` from."""
     import importlib.util
 
     spec = importlib.util.find_spec(name)
@@ -62,7 +63,7 @@ def _package_dir(name: str) -> Path:
 def read_only_paths() -> list[Path]:
     """Host paths bound read-only at the same place inside the sandbox."""
     paths = [Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve(),
-             _package_dir("mlbook_helpers"), _package_dir("mlbook_kernel")]
+             package_dir("mlbook_helpers"), package_dir("mlbook_kernel")]
     unique: list[Path] = []
     for p in sorted(set(paths), key=lambda p: len(p.parts)):
         if not any(p.is_relative_to(q) for q in unique):
@@ -98,7 +99,7 @@ def command(inner: list[str], submission: Path, socket_path: Path, uid: int, scr
     made: set[str] = {"/", "/usr", "/etc", "/tmp", str(Path(HOME).parent), HOME}
     for path in read_only_paths():
         argv += _parents(path, made) + ["--ro-bind", str(path), str(path)]
-    mlbook_dir = _package_dir("mlbook")
+    mlbook_dir = package_dir("mlbook")
     if any(mlbook_dir.is_relative_to(p) for p in read_only_paths()):
         argv += ["--tmpfs", str(mlbook_dir)]  # the grader's package (reference checks) stays out of sight
     argv += ["--perms", "0755", "--dir", "/run", "--perms", "0755", "--dir", "/run/mlbook",

@@ -77,12 +77,13 @@ def test_student_python_holds_no_grader(c, site):
     exchange's submit, and nothing else of the grader, even when the student installs the
     grader's editable finder by hand; every file of the checkout holding hidden checks or
     solutions is unreadable to them."""
-    from mlbook.hub.site import SHARED_ENTRIES, _checkout_of, _site_packages
+    from mlbook.hub.site import SHARED_ENTRIES, _site_packages
+    from mlbook.sandbox.bwrap import package_dir
 
     run = c.run(str(site.python("student")), "-c", PROBE, str(_site_packages()))
     assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stdout + run.stderr
     assert "IMPORTED" not in run.stdout, run.stdout
-    checkout = _checkout_of("mlbook").parent
+    checkout = package_dir("mlbook").parent
     secret = [checkout / "mlbook" / "labs" / LAB / "catalogue.py", checkout / "source" / LAB / f"{LAB}.ipynb",
               *sorted((checkout / "mlbook" / "labs" / LAB).glob("hidden*"))]
     for path in secret:
