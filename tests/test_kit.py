@@ -117,6 +117,14 @@ def test_mutants_of_one_cell_share_its_tests_and_name_the_demo_ones():
         kit.mutants_of("cell", "test_cell", rows, demo={"c-mistake"})
 
 
+
+def test_mutants_of_an_exact_tuple_of_cells_fail_those_cells_only():
+    rows = [("hidden-only", "a mistake the visible test cannot see", kit.patch("x", "y"), r"see")]
+    (m,) = kit.mutants_of("cell", ("test_cell_hidden",), rows)
+    assert m.must_fail == ("test_cell_hidden",)
+    (m,) = kit.mutants_of("cell", ("test_cell_memory", "test_growth"), rows, also=("test_later",))
+    assert m.must_fail == ("test_cell_memory", "test_growth", "test_later")
+
 def test_a_patch_the_reference_no_longer_holds_fails_loudly():
     answers = {"cell": "scores = Q @ K.T / np.sqrt(d_k)\n"}
     assert resolve_cells({"cell": kit.patch("np.sqrt(d_k)", "d_k")}, answers, "m") == {"cell": "scores = Q @ K.T / d_k\n"}

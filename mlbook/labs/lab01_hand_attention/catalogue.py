@@ -1,6 +1,6 @@
 """Lab 1's misconception mutants and alternative correct solutions (see mlbook.catalogue)."""
 
-from ..kit import Alternative, Mutant, mutants_of, patch
+from ..kit import Alternative, mutants_of, patch
 
 # Every mutant is an edit of a reference answer of source/lab01_hand_attention/lab01_hand_attention.ipynb:
 # each patch is the line a student with that misconception writes differently. Rows are
@@ -30,13 +30,12 @@ MUTANTS += mutants_of("attention", "test_attention", [
      patch("np.where(mask, scores, -np.inf)", "np.where(mask, -np.inf, scores)"), r"polarity|True where attention is ALLOWED"),
 ], demo={"divide-by-dk", "mask-after-softmax"})
 
-MUTANTS += [
-    # 1a: numbers typed by hand, every step after the raw scores computed without the scale.
-    Mutant(name="hand-unscaled", misconception="hand-worked weights computed from unscaled scores",
-           cells={"hand_token0": (patch("[0.7071, 0.7071, 0.0]", "[1.0, 1.0, 0.0]"),
-                                  patch("[0.4011, 0.4011, 0.1978]", "[0.4223, 0.4223, 0.1554]"))},
-           must_fail=("test_hand_token0_hidden",), message=r"sqrt"),
-]
+# 1a: numbers typed by hand, every step after the raw scores computed without the scale.
+MUTANTS += mutants_of("hand_token0", ("test_hand_token0_hidden",), [
+    ("hand-unscaled", "hand-worked weights computed from unscaled scores",
+     (patch("[0.7071, 0.7071, 0.0]", "[1.0, 1.0, 0.0]"), patch("[0.4011, 0.4011, 0.1978]", "[0.4223, 0.4223, 0.1554]")),
+     r"sqrt"),
+])
 
 # 5: row_attention, the one-query attention behind the worked examples.
 MUTANTS += mutants_of("row_attention", "test_worked_examples", [

@@ -3,7 +3,7 @@
 Convention of the lab: a boolean mask is True where attention is allowed.
 """
 
-from ..kit import Alternative, Mutant, patch
+from ..kit import Alternative, mutants_of, patch
 
 # The given signature and docstring of each answer cell, for alternatives that write the body
 # another way (mutants are patches of the reference answers of source/lab03_masks/lab03_masks.ipynb).
@@ -44,114 +44,94 @@ _PADINV_DOC = '''def padding_invariant(attn_fn, lengths=(5, 3)):
 # apply_mask's fill value and causal_mask's lower triangle, which several entries change.
 _FINFO_MIN = "torch.finfo(scores.dtype).min"
 _TRIL = "torch.tril(torch.ones(T, T, dtype=torch.bool))"
-# The cells each group of mutants must fail.
-_FILL_CELLS = ("test_apply_mask", "test_apply_mask_hidden", "test_scaled_dot_product_attention_hidden")
-_CAUSAL_CELLS = ("test_causal_mask", "test_causal_mask_hidden")
-_PADDING_CELLS = ("test_padding_mask", "test_padding_mask_hidden")
-_MHA_CELLS = ("test_mha_batch_first", "test_mha_batch_first_hidden")
-_TF_CELLS = ("test_teacher_forcing", "test_teacher_forcing_hidden")
 # teacher forcing's shifted input, written once in each of the two functions
 _SHIFT = "torch.cat([torch.full((B, 1), bos_id, dtype=targets.dtype), targets[:, :-1]], dim=1)"
 
-MUTANTS = [
-    Mutant(name="fill-neg-inf", misconception="masked scores filled with -inf: a fully masked row becomes NaN",
-           cells={"apply_mask": patch(_FINFO_MIN, 'float("-inf")')}, must_fail=_FILL_CELLS, message=r"-inf",
-           demo=True),
-    Mutant(name="fill-neg-1e9", misconception="masked scores filled with -1e9, which is not representable in float16",
-           cells={"apply_mask": patch(_FINFO_MIN, "-1e9")}, must_fail=_FILL_CELLS, message=r"overflow|-1e9|finfo",
-           demo=True),
-    Mutant(name="additive-overflow",
-           misconception="an additive finfo.min mask in the scores' dtype, which overflows float16 for negative scores",
-           cells={"apply_mask": patch("return scores.masked_fill(",
-                                      "return scores + torch.zeros_like(scores).masked_fill(")},
-           must_fail=("test_apply_mask_hidden",), message=r"overflow"),
-    Mutant(name="mask-after-softmax",
-           misconception="mask applied to the weights after the softmax: rows no longer sum to 1",
-           cells={"scaled_dot_product_attention": (
-               patch("    scores = apply_mask(scores, mask)  # (B, H, T_q, T_k)\n", ""),
-               patch("softmax over the keys\n",
-                     "softmax over the keys\n    if mask is not None:\n        attn = attn.masked_fill(~mask, 0.0)\n"),
-           )},
-           must_fail=("test_scaled_dot_product_attention", "test_scaled_dot_product_attention_hidden",
-                      "test_causal_tables"),
-           message=r"(after|before) the softmax", demo=True),
-    Mutant(name="causal-diagonal-excluded",
-           misconception="causal mask off by one: the diagonal is excluded, so a token cannot read itself",
-           cells={"causal_mask": patch(_TRIL, "torch.tril(torch.ones(T, T, dtype=torch.bool), diagonal=-1)")},
-           must_fail=_CAUSAL_CELLS, message=r"diagonal", demo=True),
-    Mutant(name="causal-one-future-key", misconception="causal mask off by one: every query also sees the next key",
-           cells={"causal_mask": patch(_TRIL, "torch.tril(torch.ones(T, T, dtype=torch.bool), diagonal=1)")},
-           must_fail=_CAUSAL_CELLS, message=r"future"),
-    Mutant(name="causal-inverted",
-           misconception="causal mask of the wrong polarity: True marks the future (positions to block)",
-           cells={"causal_mask": patch(_TRIL, "torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)")},
-           must_fail=_CAUSAL_CELLS, message=r"polarity"),
-    Mutant(name="cache-top-left",
-           misconception="cached causal mask aligned with the first key instead of the newest position",
-           cells={"causal_mask_with_cache": patch("torch.arange(T_total - T_new, T_total)",
-                                                  "torch.arange(T_new)")},  # the queries counted from key 0
-           must_fail=("test_causal_mask_with_cache", "test_causal_mask_with_cache_hidden"),
-           message=r"LAST position|START|T_total - T_new"),
-    Mutant(name="padding-on-queries",
-           misconception="padding mask applied to the queries (rows) instead of the keys (columns)",
-           cells={"padding_mask": patch("(~is_pad)[:, None, None, :]", "(~is_pad)[:, None, :, None]")},
-           must_fail=_PADDING_CELLS, message=r"removes KEYS|query axis", demo=True),
-    Mutant(name="padding-inverted", misconception="padding mask of the wrong polarity: True at the PAD tokens",
-           cells={"padding_mask": patch("(~is_pad)", "is_pad")}, must_fail=_PADDING_CELLS, message=r"polarity|invert",
-           demo=True),
-    Mutant(name="combine-with-or", misconception="masks combined with OR instead of AND",
-           cells={"combine_masks": patch("combined & m", "combined | m")},
-           must_fail=("test_combine_masks", "test_combine_masks_hidden"), message=r"with OR|not OR"),
-    Mutant(name="conventions-not-inverted",
-           misconception="SDPA's attn_mask passed as MultiheadAttention's key_padding_mask without inverting",
-           cells={"mask_conversions": (patch("return ~sdpa_mask", "return sdpa_mask"),
-                                       patch("(~key_padding_mask)", "key_padding_mask"))},
-           must_fail=("test_mask_conversions", "test_mask_conversions_hidden"), message=r"IGNORE|ALLOWED|invert"),
-    Mutant(name="future-test-first-output-only",
-           misconception="the causal property test changes the last token and looks only at the first output",
-           cells={"outputs_ignore_future": (
-               patch("x2[:, t + 1:] = torch.randn(B, T - t - 1, D_MODEL)  # change every token after t",
-                     "x2[:, -1] = torch.randn(B, D_MODEL)  # change the last token"),
-               patch("torch.allclose(y[:, : t + 1], y2[:, : t + 1], atol=1e-5)",
-                     "torch.allclose(y[:, 0], y2[:, 0], atol=1e-5)"),
-           )},
-           must_fail=("test_outputs_ignore_future_hidden",), message=r"leak went unnoticed"),
-    Mutant(name="padding-test-no-batch",
-           misconception="the padding property test only appends padding to one sequence, never compares a batch",
-           cells={"padding_invariant": (  # the batch is built, never run
-               patch("    batched = attn_fn(x, is_pad)  # (B, T, D_MODEL)\n", ""),
-               patch("        if not torch.allclose(batched[b, :n], alone[b][0], atol=1e-5):\n"
-                     "            return False\n", ""),
-           )},
-           must_fail=("test_padding_invariant_hidden",), message=r"BATCH"),
-    Mutant(name="mha-batch-first-not-transposed",
-           misconception="batch-first tokens handed to a batch_first=False MultiheadAttention as they are",
-           cells={"mha_batch_first": (patch("x_tbe = x.transpose(0, 1)", "x_tbe = x"),
-                                      patch("return out.transpose(0, 1), weights", "return out, weights"))},
-           must_fail=_MHA_CELLS, message=r"\(T, B, E\)|batch axis|transpose x"),
-    Mutant(name="mha-reshape-not-transpose",
-           misconception="the batch and sequence axes swapped with reshape, which regroups the tokens",
-           cells={"mha_batch_first": (patch("x_tbe = x.transpose(0, 1)", "x_tbe = x.reshape(x.shape[1], x.shape[0], -1)"),
-                                      patch("return out.transpose(0, 1), weights",
-                                            "return out.reshape(x.shape), weights"))},
-           must_fail=_MHA_CELLS, message=r"reshape|transpose"),
-    Mutant(name="mha-head-averaged-weights",
-           misconception="MultiheadAttention's default head-averaged weights taken for the per-head maps",
-           cells={"mha_batch_first": patch("average_attn_weights=False", "average_attn_weights=True")},
-           must_fail=_MHA_CELLS, message=r"average_attn_weights=False|averaged over heads"),
-    Mutant(name="teacher-forcing-no-mask",
-           misconception="teacher forcing without the causal mask: each position reads the targets it must predict",
-           cells={"teacher_forcing": patch("return decoder(inputs, causal_mask(T))", "return decoder(inputs, None)")},
-           must_fail=_TF_CELLS, message=r"causal mask"),
-    Mutant(name="teacher-forcing-not-shifted",
-           misconception="the targets fed to the decoder unshifted (off by one): position t reads target t",
-           cells={"teacher_forcing": patch(_SHIFT, "targets", count=2)},
-           must_fail=_TF_CELLS, message=r"shift|BOS"),
-    Mutant(name="step-first-position",
-           misconception="step-by-step decoding reads the first position's logits instead of the last",
-           cells={"teacher_forcing": patch("steps.append(logits[:, -1])", "steps.append(logits[:, 0])")},
-           must_fail=_TF_CELLS, message=r"LAST position"),
-]
+# Rows are (name, misconception, edit, what the failure messages must match), one mutants_of call per
+# answer cell, in the order the demo class takes its mutants.
+MUTANTS = mutants_of("apply_mask", "test_apply_mask", [
+    ("fill-neg-inf", "masked scores filled with -inf: a fully masked row becomes NaN",
+     patch(_FINFO_MIN, 'float("-inf")'), r"-inf"),
+    ("fill-neg-1e9", "masked scores filled with -1e9, which is not representable in float16",
+     patch(_FINFO_MIN, "-1e9"), r"overflow|-1e9|finfo"),
+], also=("test_scaled_dot_product_attention_hidden",), demo={"fill-neg-inf", "fill-neg-1e9"})
+# Only the hidden check's negative float16 scores reveal the overflow.
+MUTANTS += mutants_of("apply_mask", ("test_apply_mask_hidden",), [
+    ("additive-overflow",
+     "an additive finfo.min mask in the scores' dtype, which overflows float16 for negative scores",
+     patch("return scores.masked_fill(", "return scores + torch.zeros_like(scores).masked_fill("), r"overflow"),
+])
+MUTANTS += mutants_of("scaled_dot_product_attention", "test_scaled_dot_product_attention", [
+    ("mask-after-softmax", "mask applied to the weights after the softmax: rows no longer sum to 1", (
+        patch("    scores = apply_mask(scores, mask)  # (B, H, T_q, T_k)\n", ""),
+        patch("softmax over the keys\n",
+              "softmax over the keys\n    if mask is not None:\n        attn = attn.masked_fill(~mask, 0.0)\n"),
+    ), r"(after|before) the softmax"),
+], also=("test_causal_tables",), demo={"mask-after-softmax"})
+MUTANTS += mutants_of("causal_mask", "test_causal_mask", [
+    ("causal-diagonal-excluded", "causal mask off by one: the diagonal is excluded, so a token cannot read itself",
+     patch(_TRIL, "torch.tril(torch.ones(T, T, dtype=torch.bool), diagonal=-1)"), r"diagonal"),
+    ("causal-one-future-key", "causal mask off by one: every query also sees the next key",
+     patch(_TRIL, "torch.tril(torch.ones(T, T, dtype=torch.bool), diagonal=1)"), r"future"),
+    ("causal-inverted", "causal mask of the wrong polarity: True marks the future (positions to block)",
+     patch(_TRIL, "torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)"), r"polarity"),
+], demo={"causal-diagonal-excluded"})
+MUTANTS += mutants_of("causal_mask_with_cache", "test_causal_mask_with_cache", [
+    ("cache-top-left", "cached causal mask aligned with the first key instead of the newest position",
+     patch("torch.arange(T_total - T_new, T_total)", "torch.arange(T_new)"),  # the queries counted from key 0
+     r"LAST position|START|T_total - T_new"),
+])
+MUTANTS += mutants_of("padding_mask", "test_padding_mask", [
+    ("padding-on-queries", "padding mask applied to the queries (rows) instead of the keys (columns)",
+     patch("(~is_pad)[:, None, None, :]", "(~is_pad)[:, None, :, None]"), r"removes KEYS|query axis"),
+    ("padding-inverted", "padding mask of the wrong polarity: True at the PAD tokens",
+     patch("(~is_pad)", "is_pad"), r"polarity|invert"),
+], demo={"padding-on-queries", "padding-inverted"})
+MUTANTS += mutants_of("combine_masks", "test_combine_masks", [
+    ("combine-with-or", "masks combined with OR instead of AND", patch("combined & m", "combined | m"), r"with OR|not OR"),
+])
+MUTANTS += mutants_of("mask_conversions", "test_mask_conversions", [
+    ("conventions-not-inverted",
+     "SDPA's attn_mask passed as MultiheadAttention's key_padding_mask without inverting",
+     (patch("return ~sdpa_mask", "return sdpa_mask"), patch("(~key_padding_mask)", "key_padding_mask")),
+     r"IGNORE|ALLOWED|invert"),
+])
+# The student's own property tests: only the hidden check hands them the leaky layers.
+MUTANTS += mutants_of("outputs_ignore_future", ("test_outputs_ignore_future_hidden",), [
+    ("future-test-first-output-only",
+     "the causal property test changes the last token and looks only at the first output", (
+         patch("x2[:, t + 1:] = torch.randn(B, T - t - 1, D_MODEL)  # change every token after t",
+               "x2[:, -1] = torch.randn(B, D_MODEL)  # change the last token"),
+         patch("torch.allclose(y[:, : t + 1], y2[:, : t + 1], atol=1e-5)", "torch.allclose(y[:, 0], y2[:, 0], atol=1e-5)"),
+     ), r"leak went unnoticed"),
+])
+MUTANTS += mutants_of("padding_invariant", ("test_padding_invariant_hidden",), [
+    ("padding-test-no-batch",
+     "the padding property test only appends padding to one sequence, never compares a batch", (
+         patch("    batched = attn_fn(x, is_pad)  # (B, T, D_MODEL)\n", ""),  # the batch is built, never run
+         patch("        if not torch.allclose(batched[b, :n], alone[b][0], atol=1e-5):\n"
+               "            return False\n", ""),
+     ), r"BATCH"),
+])
+MUTANTS += mutants_of("mha_batch_first", "test_mha_batch_first", [
+    ("mha-batch-first-not-transposed", "batch-first tokens handed to a batch_first=False MultiheadAttention as they are",
+     (patch("x_tbe = x.transpose(0, 1)", "x_tbe = x"), patch("return out.transpose(0, 1), weights", "return out, weights")),
+     r"\(T, B, E\)|batch axis|transpose x"),
+    ("mha-reshape-not-transpose", "the batch and sequence axes swapped with reshape, which regroups the tokens",
+     (patch("x_tbe = x.transpose(0, 1)", "x_tbe = x.reshape(x.shape[1], x.shape[0], -1)"),
+      patch("return out.transpose(0, 1), weights", "return out.reshape(x.shape), weights")), r"reshape|transpose"),
+    ("mha-head-averaged-weights", "MultiheadAttention's default head-averaged weights taken for the per-head maps",
+     patch("average_attn_weights=False", "average_attn_weights=True"), r"average_attn_weights=False|averaged over heads"),
+])
+MUTANTS += mutants_of("teacher_forcing", "test_teacher_forcing", [
+    ("teacher-forcing-no-mask",
+     "teacher forcing without the causal mask: each position reads the targets it must predict",
+     patch("return decoder(inputs, causal_mask(T))", "return decoder(inputs, None)"), r"causal mask"),
+    ("teacher-forcing-not-shifted", "the targets fed to the decoder unshifted (off by one): position t reads target t",
+     patch(_SHIFT, "targets", count=2), r"shift|BOS"),
+    ("step-first-position", "step-by-step decoding reads the first position's logits instead of the last",
+     patch("steps.append(logits[:, -1])", "steps.append(logits[:, 0])"), r"LAST position"),
+])
 
 ALTERNATIVES = [
     Alternative(name="where-fill", description="torch.where with the dtype's finfo.min instead of masked_fill",

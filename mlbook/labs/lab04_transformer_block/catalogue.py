@@ -4,124 +4,116 @@ Mutants are patches of the reference answers of source/lab04_transformer_block/l
 each changes the lines of one mistake in an otherwise correct answer.
 """
 
-from ..kit import Alternative, Mutant, patch
+from ..kit import Alternative, mutants_of, patch
 
+# MultiHeadAttention and load_from_torch: its visible test is named after torch, its hidden one "mha".
 _MHA_CELLS = ("test_mha_matches_torch", "test_mha_hidden")
-_BACKWARD_CELLS = ("test_attention_backward", "test_attention_backward_hidden")
-_ROPE_CELLS = ("test_apply_rope", "test_apply_rope_hidden")
-_ROPE_STEP_CELLS = ("test_rope_step", "test_rope_step_hidden")
 
-MUTANTS = [
-    Mutant(name="direct-view-split",
-           misconception="heads split with one view(B, H, T, d_head): head 0 gets whole tokens instead of channels",
-           cells={"split_heads": patch(
-               "    x = x.view(B, T, n_heads, d_model // n_heads)  # (B, T, H, d_head): no data movement\n"
-               "    return x.transpose(1, 2)  # (B, H, T, d_head)\n",
-               "    return x.view(B, n_heads, T, d_model // n_heads)  # (B, H, T, d_head) straight from memory\n")},
-           must_fail=("test_split_heads", "test_heads_hidden", "test_mha_hidden"), message=r"direct view", demo=True),
-    Mutant(name="merge-without-transpose",
-           misconception="heads merged by flattening (B, H, T, d_head) straight to (B, T, d_model), "
-                         "without the transpose",
-           cells={"merge_heads": patch("    x = x.transpose(1, 2)  # (B, T, H, d_head)\n", "")},
-           must_fail=("test_merge_heads", "test_heads_hidden", "test_mha_hidden"), message=r"without the transpose",
-           demo=True),
-    Mutant(name="scale-by-sqrt-dmodel",
-           misconception="each head's scores divided by sqrt(d_model) instead of sqrt(d_head)",
-           cells={"MultiHeadAttention": patch("/ math.sqrt(self.d_head)",
-                                              "/ math.sqrt(self.n_heads * self.d_head)")},  # n_heads * d_head = d_model
-           must_fail=_MHA_CELLS, message=r"sqrt\(d_model\)", demo=True),
-    Mutant(name="mask-torch-convention",
-           misconception="the mask read with torch's convention (True = blocked) instead of the lab's (True = allowed)",
-           cells={"MultiHeadAttention": patch("masked_fill(~mask,", "masked_fill(mask,")}, must_fail=_MHA_CELLS,
-           message=r"allowed"),
-    Mutant(name="load-transposed",
-           misconception="in_proj_weight blocks transposed when copied into nn.Linear (both are (out, in))",
-           cells={"load_from_torch": (  # both weight copies
-               patch("in_proj_weight[i * d:(i + 1) * d])", "in_proj_weight[i * d:(i + 1) * d].T)"),
-               patch("copy_(torch_mha.out_proj.weight)", "copy_(torch_mha.out_proj.weight.T)"))}, must_fail=_MHA_CELLS,
-           message=r"transpos"),
-    Mutant(name="sin-cos-swapped", misconception="cos on the even dimensions and sin on the odd ones",
-           cells={"sinusoidal_positions": patch("    pe[:, 0::2] = np.sin(angle)\n    pe[:, 1::2] = np.cos(angle)\n",
-                                                "    pe[:, 0::2] = np.cos(angle)\n    pe[:, 1::2] = np.sin(angle)\n")},
-           must_fail=("test_sinusoidal", "test_sinusoidal_hidden"), message=r"sin and cos (are )?swapped", demo=True),
-    Mutant(name="layernorm-before-residual",
-           misconception="post-LN asked, but LayerNorm applied to the sublayer output before the residual add",
-           cells={"TransformerBlock": (
-               patch("self.ln1(r * x + a)  # (B, T, d): add, then normalise", "r * x + self.ln1(a)  # (B, T, d)"),
-               patch("return self.ln2(r * h + self.ff(h)), attn", "return r * h + self.ln2(self.ff(h)), attn"))},
-           must_fail=("test_block_shape_norm", "test_block_hidden"), message=r"(after|before) the residual add",
-           demo=True),
-    Mutant(name="mask-after-softmax",
-           misconception="NumPy forward: the mask zeroes weights after the softmax, so rows no longer sum to 1",
-           cells={"attention_forward": (
-               patch("    if mask is not None:\n        S = np.where(mask, S, -np.inf)  # (T_q, T_k)\n", ""),
-               patch("    A = E / E.sum(axis=-1, keepdims=True)  # (T_q, T_k), rows sum to 1\n",
-                     "    A = E / E.sum(axis=-1, keepdims=True)  # (T_q, T_k)\n"
-                     "    if mask is not None:\n"
-                     "        A = np.where(mask, A, 0.0)  # (T_q, T_k): masked weights zeroed after the softmax\n"))},
-           must_fail=("test_attention_forward", "test_attention_forward_hidden"),
-           message=r"(before|after) the softmax"),
-    Mutant(name="dk-without-transpose", misconception="dK computed as dS Q instead of dS^T Q",
-           cells={"attention_backward": patch("dK = dS.T @ Q / scale", "dK = dS @ Q / scale")},
-           must_fail=_BACKWARD_CELLS, message=r"transpos", demo=True),
-    Mutant(name="softmax-backward-wrong-axis",
-           misconception="the softmax backward's row sum taken over the query axis (axis 0)",
-           cells={"attention_backward": patch("sum(axis=-1, keepdims=True)", "sum(axis=0, keepdims=True)")},  # in dS
-           must_fail=_BACKWARD_CELLS, message=r"axis", demo=True),
-    Mutant(name="bias-grad-scaled",
-           misconception="the score-bias gradient divided by sqrt(d_k), as if the bias were added before the scale",
-           cells={"score_bias_grad": (
-               patch('A, V = cache["A"], cache["V"]', 'A, V, Q = cache["A"], cache["V"], cache["Q"]'),
-               patch("return A * (dA - (dA * A).sum(axis=-1, keepdims=True))",
-                     "return A * (dA - (dA * A).sum(axis=-1, keepdims=True)) / np.sqrt(Q.shape[-1])"))},
-           must_fail=("test_score_bias_grad", "test_score_bias_grad_hidden"), message=r"added after the scale"),
-    Mutant(name="flops-as-macs",
-           misconception="multiply-adds counted once: a (m, k) @ (k, n) matmul taken as m k n FLOPs",
-           cells={"attention_flops": (patch("projections = 4 * 2 * B", "projections = 4 * B"),
-                                      patch("qk_t = 2 * B", "qk_t = B"), patch("av = 2 * B", "av = B"))},
-           must_fail=("test_attention_flops", "test_attention_flops_hidden"), message=r"2 m k n"),
-    Mutant(name="rope-query-unrotated",
-           misconception="cached RoPE: the new key rotated, the new query not (keys rotated but not queries)",
-           cells={"rope_step_scores": patch("q = apply_rope(q_new, at_t, layout)", "q = q_new")},
-           must_fail=_ROPE_STEP_CELLS, message=r"query", demo=True),
-    Mutant(name="rope-offset-off-by-one",
-           misconception="cached RoPE: the new token rotated by t + 1 (its 1-based index) instead of its "
-                         "0-based position t",
-           cells={"rope_step_scores": patch("at_t = torch.tensor([t])", "at_t = torch.tensor([t + 1])")},
-           must_fail=_ROPE_STEP_CELLS, message=r"0-based"),
-    Mutant(name="rope-wrong-layout",
-           misconception="the layouts exchanged: 'interleaved' asked, channels (i, i + d/2) paired (and vice versa)",
-           cells={"apply_rope": patch('    if layout == "interleaved":\n', '    if layout == "half":\n', count=2)},
-           must_fail=_ROPE_CELLS, message=r"layout"),
-    Mutant(name="rope-frequencies-without-two",
-           misconception="RoPE frequencies base^(-i/d) instead of base^(-2i/d)",
-           cells={"apply_rope": patch("theta = base ** (-2 * pair / d)", "theta = base ** (-pair / d)")},
-           must_fail=_ROPE_CELLS, message=r"2i ?/ ?d"),
-    Mutant(name="rope-sin-cos-swapped", misconception="sin and cos exchanged in the rotation of each pair",
-           cells={"apply_rope": (patch("y1 = x1 * cos - x2 * sin", "y1 = x1 * sin - x2 * cos"),
-                                 patch("y2 = x1 * sin + x2 * cos", "y2 = x1 * cos + x2 * sin"))},
-           must_fail=_ROPE_CELLS, message=r"sin and cos"),
-    Mutant(name="rope-row-index",
-           misconception="RoPE angles from the row index (arange(T)) instead of the positions argument",
-           cells={"apply_rope": patch("torch.as_tensor(positions, dtype=torch.float64)[:, None]",
-                                      "torch.arange(x.shape[-2], dtype=torch.float64)[:, None]")},
-           must_fail=("test_rope_properties", "test_apply_rope_hidden"), message=r"row index"),
-    Mutant(name="fused-per-head-layout",
-           misconception="the fused (B, T, 3d) output read as H blocks of [q_h | k_h | v_h] instead of [q | k | v]",
-           cells={"fused_qkv": (
-               patch("qkv.view(B, T, 3, n_heads, d // n_heads)  # (B, T, 3, H, d_head)",
-                     "qkv.view(B, T, n_heads, 3, d // n_heads)  # (B, T, H, 3, d_head)"),
-               patch("qkv.permute(2, 0, 3, 1, 4)", "qkv.permute(3, 0, 2, 1, 4)"))},
-           must_fail=("test_fused_qkv", "test_fused_qkv_hidden"), message=r"into q, k, v first"),
-    Mutant(name="fused-direct-view",
-           misconception="q, k, v each viewed straight as (B, H, T, d_head) after the fused matmul",
-           cells={"fused_qkv": (
-               patch("qkv.view(B, T, 3, n_heads, d // n_heads)  # (B, T, 3, H, d_head)",
-                     "qkv.view(B, T, 3, d).permute(2, 0, 1, 3)  # (3, B, T, d)"),
-               patch("qkv = qkv.permute(2, 0, 3, 1, 4)  # (3, B, H, T, d_head)",
-                     "qkv = qkv.reshape(3, B, n_heads, T, d // n_heads)  # (3, B, H, T, d_head) straight"))},
-           must_fail=("test_fused_qkv", "test_fused_qkv_hidden"), message=r"\(B, T, H, d_head\)"),
-]
+# Rows are (name, misconception, edit, what the failure messages must match), one mutants_of call per
+# answer cell, in the order the demo class takes its mutants. MultiHeadAttention uses the head
+# split and merge, so its hidden check catches their mistakes too.
+MUTANTS = mutants_of("split_heads", ("test_split_heads", "test_heads_hidden", "test_mha_hidden"), [
+    ("direct-view-split", "heads split with one view(B, H, T, d_head): head 0 gets whole tokens instead of channels",
+     patch("    x = x.view(B, T, n_heads, d_model // n_heads)  # (B, T, H, d_head): no data movement\n"
+           "    return x.transpose(1, 2)  # (B, H, T, d_head)\n",
+           "    return x.view(B, n_heads, T, d_model // n_heads)  # (B, H, T, d_head) straight from memory\n"),
+     r"direct view"),
+], demo={"direct-view-split"})
+MUTANTS += mutants_of("merge_heads", ("test_merge_heads", "test_heads_hidden", "test_mha_hidden"), [
+    ("merge-without-transpose",
+     "heads merged by flattening (B, H, T, d_head) straight to (B, T, d_model), without the transpose",
+     patch("    x = x.transpose(1, 2)  # (B, T, H, d_head)\n", ""), r"without the transpose"),
+], demo={"merge-without-transpose"})
+MUTANTS += mutants_of("MultiHeadAttention", _MHA_CELLS, [
+    ("scale-by-sqrt-dmodel", "each head's scores divided by sqrt(d_model) instead of sqrt(d_head)",
+     patch("/ math.sqrt(self.d_head)", "/ math.sqrt(self.n_heads * self.d_head)"),  # n_heads * d_head = d_model
+     r"sqrt\(d_model\)"),
+    ("mask-torch-convention",
+     "the mask read with torch's convention (True = blocked) instead of the lab's (True = allowed)",
+     patch("masked_fill(~mask,", "masked_fill(mask,"), r"allowed"),
+], demo={"scale-by-sqrt-dmodel"})
+MUTANTS += mutants_of("load_from_torch", _MHA_CELLS, [
+    ("load-transposed", "in_proj_weight blocks transposed when copied into nn.Linear (both are (out, in))", (
+        patch("in_proj_weight[i * d:(i + 1) * d])", "in_proj_weight[i * d:(i + 1) * d].T)"),  # both weight copies
+        patch("copy_(torch_mha.out_proj.weight)", "copy_(torch_mha.out_proj.weight.T)"),
+    ), r"transpos"),
+])
+MUTANTS += mutants_of("sinusoidal_positions", "test_sinusoidal", [
+    ("sin-cos-swapped", "cos on the even dimensions and sin on the odd ones",
+     patch("    pe[:, 0::2] = np.sin(angle)\n    pe[:, 1::2] = np.cos(angle)\n",
+           "    pe[:, 0::2] = np.cos(angle)\n    pe[:, 1::2] = np.sin(angle)\n"), r"sin and cos (are )?swapped"),
+], demo={"sin-cos-swapped"})
+MUTANTS += mutants_of("TransformerBlock", ("test_block_shape_norm", "test_block_hidden"), [
+    ("layernorm-before-residual",
+     "post-LN asked, but LayerNorm applied to the sublayer output before the residual add", (
+         patch("self.ln1(r * x + a)  # (B, T, d): add, then normalise", "r * x + self.ln1(a)  # (B, T, d)"),
+         patch("return self.ln2(r * h + self.ff(h)), attn", "return r * h + self.ln2(self.ff(h)), attn"),
+     ), r"(after|before) the residual add"),
+], demo={"layernorm-before-residual"})
+MUTANTS += mutants_of("attention_forward", "test_attention_forward", [
+    ("mask-after-softmax", "NumPy forward: the mask zeroes weights after the softmax, so rows no longer sum to 1", (
+        patch("    if mask is not None:\n        S = np.where(mask, S, -np.inf)  # (T_q, T_k)\n", ""),
+        patch("    A = E / E.sum(axis=-1, keepdims=True)  # (T_q, T_k), rows sum to 1\n",
+              "    A = E / E.sum(axis=-1, keepdims=True)  # (T_q, T_k)\n"
+              "    if mask is not None:\n"
+              "        A = np.where(mask, A, 0.0)  # (T_q, T_k): masked weights zeroed after the softmax\n"),
+    ), r"(before|after) the softmax"),
+])
+MUTANTS += mutants_of("attention_backward", "test_attention_backward", [
+    ("dk-without-transpose", "dK computed as dS Q instead of dS^T Q",
+     patch("dK = dS.T @ Q / scale", "dK = dS @ Q / scale"), r"transpos"),
+    ("softmax-backward-wrong-axis", "the softmax backward's row sum taken over the query axis (axis 0)",
+     patch("sum(axis=-1, keepdims=True)", "sum(axis=0, keepdims=True)"), r"axis"),  # the row sum in dS
+], demo={"dk-without-transpose", "softmax-backward-wrong-axis"})
+MUTANTS += mutants_of("score_bias_grad", "test_score_bias_grad", [
+    ("bias-grad-scaled",
+     "the score-bias gradient divided by sqrt(d_k), as if the bias were added before the scale", (
+         patch('A, V = cache["A"], cache["V"]', 'A, V, Q = cache["A"], cache["V"], cache["Q"]'),
+         patch("return A * (dA - (dA * A).sum(axis=-1, keepdims=True))",
+               "return A * (dA - (dA * A).sum(axis=-1, keepdims=True)) / np.sqrt(Q.shape[-1])"),
+     ), r"added after the scale"),
+])
+MUTANTS += mutants_of("attention_flops", "test_attention_flops", [
+    ("flops-as-macs", "multiply-adds counted once: a (m, k) @ (k, n) matmul taken as m k n FLOPs",
+     (patch("projections = 4 * 2 * B", "projections = 4 * B"), patch("qk_t = 2 * B", "qk_t = B"),
+      patch("av = 2 * B", "av = B")), r"2 m k n"),
+])
+MUTANTS += mutants_of("rope_step_scores", "test_rope_step", [
+    ("rope-query-unrotated", "cached RoPE: the new key rotated, the new query not (keys rotated but not queries)",
+     patch("q = apply_rope(q_new, at_t, layout)", "q = q_new"), r"query"),
+    ("rope-offset-off-by-one",
+     "cached RoPE: the new token rotated by t + 1 (its 1-based index) instead of its 0-based position t",
+     patch("at_t = torch.tensor([t])", "at_t = torch.tensor([t + 1])"), r"0-based"),
+], demo={"rope-query-unrotated"})
+MUTANTS += mutants_of("apply_rope", "test_apply_rope", [
+    ("rope-wrong-layout", "the layouts exchanged: 'interleaved' asked, channels (i, i + d/2) paired (and vice versa)",
+     patch('    if layout == "interleaved":\n', '    if layout == "half":\n', count=2), r"layout"),
+    ("rope-frequencies-without-two", "RoPE frequencies base^(-i/d) instead of base^(-2i/d)",
+     patch("theta = base ** (-2 * pair / d)", "theta = base ** (-pair / d)"), r"2i ?/ ?d"),
+    ("rope-sin-cos-swapped", "sin and cos exchanged in the rotation of each pair",
+     (patch("y1 = x1 * cos - x2 * sin", "y1 = x1 * sin - x2 * cos"),
+      patch("y2 = x1 * sin + x2 * cos", "y2 = x1 * cos + x2 * sin")), r"sin and cos"),
+])
+# Positions ignored: the visible property test (shifting both positions) catches it, as the hidden check does.
+MUTANTS += mutants_of("apply_rope", ("test_rope_properties", "test_apply_rope_hidden"), [
+    ("rope-row-index", "RoPE angles from the row index (arange(T)) instead of the positions argument",
+     patch("torch.as_tensor(positions, dtype=torch.float64)[:, None]",
+           "torch.arange(x.shape[-2], dtype=torch.float64)[:, None]"), r"row index"),
+])
+MUTANTS += mutants_of("fused_qkv", "test_fused_qkv", [
+    ("fused-per-head-layout",
+     "the fused (B, T, 3d) output read as H blocks of [q_h | k_h | v_h] instead of [q | k | v]", (
+         patch("qkv.view(B, T, 3, n_heads, d // n_heads)  # (B, T, 3, H, d_head)",
+               "qkv.view(B, T, n_heads, 3, d // n_heads)  # (B, T, H, 3, d_head)"),
+         patch("qkv.permute(2, 0, 3, 1, 4)", "qkv.permute(3, 0, 2, 1, 4)"),
+     ), r"into q, k, v first"),
+    ("fused-direct-view", "q, k, v each viewed straight as (B, H, T, d_head) after the fused matmul", (
+        patch("qkv.view(B, T, 3, n_heads, d // n_heads)  # (B, T, 3, H, d_head)",
+              "qkv.view(B, T, 3, d).permute(2, 0, 1, 3)  # (3, B, T, d)"),
+        patch("qkv = qkv.permute(2, 0, 3, 1, 4)  # (3, B, H, T, d_head)",
+              "qkv = qkv.reshape(3, B, n_heads, T, d // n_heads)  # (3, B, H, T, d_head) straight"),
+    ), r"\(B, T, H, d_head\)"),
+])
 
 ALTERNATIVES = [
     Alternative(name="einsum-heads",

@@ -1,6 +1,6 @@
 """Lab 5's misconception mutants and alternative correct solutions (see mlbook.authoring.catalogue)."""
 
-from ..kit import Alternative, Mutant, patch
+from ..kit import Alternative, mutants_of, patch
 
 # The given signature and docstring of each answer cell, for alternatives that write the body
 # another way (mutants are patches of the reference answers of
@@ -15,7 +15,7 @@ _TRAIN_DEF = '''def train_copy_task(model, steps, lr=0.1, batch_size=32, seed=0,
     """Train on the copy task with SGD; log loss and per-layer entropy every log_every steps."""
 '''
 
-# Lines of the reference answers that several mutants change, and the cells those mutants must fail.
+# Lines of the reference answers that several mutants change.
 _SAFE = "    safe = torch.where(attn > 0, attn, torch.ones_like(attn))  # (B, H, T_q, T_k): log 1 = 0 where A = 0\n"
 _LOG_OF_SAFE = "torch.log(safe)"
 _SCALE_K = "            block.W_k.mul_(factor)  # (d_model, d_model)\n"
@@ -36,108 +36,88 @@ _QKLN_DEF = '''def qk_layernorm(q, k, eps=1e-5):
 '''
 _WARMUP = '''                group["lr"] = lr * min(1.0, step / warmup)'''
 _ON_FIRST_KEY = "attn[:, :, from_query:, 0]"
-_SINK_CELLS = ("test_sink_mass", "test_sink_mass_hidden")
-_WINDOW_CELLS = ("test_sliding_window_mask", "test_sliding_window_mask_hidden")
-_QKLN_CELLS = ("test_qk_layernorm", "test_qk_layernorm_hidden")
-_ENTROPY_CELLS = ("test_attention_entropy", "test_attention_entropy_hidden")
 # The row entropies averaged over the batch and the heads: one value per query instead of per head.
 _MEAN_PER_QUERY = patch("row_entropy.mean(dim=(0, 2))  # (H,)", "row_entropy.mean(dim=(0, 1))  # (T_q,)")
-_SCALE_CELLS = ("test_scale_qk_init", "test_scale_qk_init_hidden")
 
-MUTANTS = [
-    Mutant(name="entropy-wrong-axis",
-           misconception="entropy averaged over the batch and the heads instead of the batch and the queries",
-           cells={"attention_entropy": _MEAN_PER_QUERY}, must_fail=_ENTROPY_CELLS, message=r"axis|axes", demo=True),
-    Mutant(name="entropy-log-of-zero",
-           misconception="log of exactly-zero weights gives 0 * -inf = nan instead of counting 0 log 0 as 0",
-           cells={"attention_entropy": (patch(_SAFE, ""), patch(_LOG_OF_SAFE, "torch.log(attn)"))},
-           must_fail=_ENTROPY_CELLS, message=r"nan", demo=True),
-    Mutant(name="entropy-in-bits", misconception="entropy computed with log2 (bits) where nats are asked",
-           cells={"attention_entropy": patch(_LOG_OF_SAFE, "torch.log2(safe)")},
-           must_fail=_ENTROPY_CELLS + ("test_collapse",), message=r"bits", demo=True),
-    Mutant(name="scale-wv-too",
-           misconception="W_V scaled along with W_Q and W_K, although only W_Q and W_K set the scores' size",
-           cells={"scale_qk_init": patch(_SCALE_K, _SCALE_K + "            block.W_v.mul_(factor)\n")},
-           must_fail=_SCALE_CELLS, message=r"W_V", demo=True),
-    Mutant(name="scale-every-weight",
-           misconception="every weight of the model scaled instead of only the query and key projections",
-           cells={"scale_qk_init": patch(
-               "        for block in model.blocks:\n"
-               "            block.W_q.mul_(factor)  # (d_model, d_model), a view into in_proj_weight\n" + _SCALE_K,
-               "        for p in model.parameters():\n            p.mul_(factor)\n")},
-           must_fail=_SCALE_CELLS, message=r"every weight"),
-    Mutant(name="scale-first-block-only", misconception="only the first block's W_Q and W_K scaled",
-           cells={"scale_qk_init": patch("for block in model.blocks:", "for block in model.blocks[:1]:")},
-           must_fail=_SCALE_CELLS, message=r"every block"),
-    Mutant(name="train-no-step0-log",
-           misconception="the untrained model (step 0) is not logged, so the collapse at initialisation is invisible",
-           cells={"train_copy_task": patch("    log(0)\n", "")},
-           must_fail=("test_train_copy_task", "test_train_copy_task_hidden"), message=r"step 0"),
-    Mutant(name="train-decay-every-weight",
-           misconception="qk_decay passed to the optimiser as weight_decay, so it decays every weight",
-           cells={"train_copy_task": (patch("momentum=0.9)", "momentum=0.9, weight_decay=qk_decay)"),
-                                      patch(_QK_DECAY, ""))},
-           must_fail=("test_train_copy_task_hidden",), message=r"every weight"),
-    Mutant(name="train-no-optimiser-step",
-           misconception="the loop computes the gradients but never calls optimiser.step(), and reports a "
-                         "plausible falling loss curve anyway",
-           cells={"train_copy_task": (  # the logged loss: the real step-0 loss, then 5 % less at every update
-               patch("        optimiser.step()\n", ""),
-               patch("copy_loss(logits, eval_y).item()", "copy_loss(logits, eval_y).item() * 0.95 ** step"),
-           )},
-           must_fail=("test_train_copy_task_hidden", "test_collapse"), message=r"does not learn|is the optimiser"),
-    Mutant(name="warmup-first-update-zero",
-           misconception="warm-up counted from update 0, so the first update has learning rate 0 (LambdaLR's "
-                         "off-by-one)",
-           cells={"train_copy_task": patch("min(1.0, step / warmup)", "min(1.0, (step - 1) / warmup)")},
-           must_fail=("test_train_copy_task", "test_train_copy_task_hidden"), message=r"learning rate 0|update of 0",
-           demo=True),
-    Mutant(name="warmup-never-ends",
-           misconception="the warm-up is not capped, so the learning rate keeps growing past lr",
-           cells={"train_copy_task": patch("lr * min(1.0, step / warmup)", "lr * step / warmup")},
-           must_fail=("test_train_copy_task_hidden",), message=r"never ends"),
-    Mutant(name="sink-counts-query-0",
-           misconception="query 0, which under a causal mask can only read key 0, counted in the sink mass",
-           cells={"sink_mass": patch(_ON_FIRST_KEY, "attn[:, :, :, 0]")},
-           must_fail=_SINK_CELLS, message=r"query 0", demo=True),
-    Mutant(name="sink-row-not-column",
-           misconception="query 0's row of weights read instead of key 0's column",
-           cells={"sink_mass": patch(_ON_FIRST_KEY, "attn[:, :, 0, :]")},
-           must_fail=_SINK_CELLS, message=r"row|column"),
-    Mutant(name="sink-mean-over-heads",
-           misconception="the mass averaged over the batch and the heads, one value per query instead of per head",
-           cells={"sink_mass": patch("on_first_key.mean(dim=(0, 2))  # (H,)", "on_first_key.mean(dim=(0, 1))  # (T,)")},
-           must_fail=_SINK_CELLS, message=r"axis"),
-    Mutant(name="window-one-too-many",
-           misconception="the window counts back `window` tokens from the query, so it keeps window + 1 of them",
-           cells={"sliding_window_mask": patch("(i - j < window)", "(i - j <= window)")},
-           must_fail=_WINDOW_CELLS, message=r"one key too many|window \+ 1", demo=True),
-    Mutant(name="sinks-read-before-they-exist",
-           misconception="the sink tokens are allowed for every query, also before they exist (not causal)",
-           cells={"sliding_window_mask": patch("sinks = (j <= i) & (j < n_sinks)", "sinks = j < n_sinks")},
-           must_fail=_WINDOW_CELLS, message=r"exist|later token"),
-    Mutant(name="sinks-dropped",
-           misconception="a plain sliding window: the sink tokens are evicted with the rest",
-           cells={"sliding_window_mask": patch("return recent | sinks  # (T, T)", "return recent  # (T, T)")},
-           must_fail=_WINDOW_CELLS + ("test_sinks",), message=r"sink"),
-    Mutant(name="qkln-unbiased-variance",
-           misconception="the variance divided by d_head - 1 (torch's default unbiased=True) instead of d_head",
-           cells={"qk_layernorm": patch("unbiased=False", "unbiased=True")},
-           must_fail=_QKLN_CELLS, message=r"d_head - 1|population", demo=True),
-    Mutant(name="qkln-rms-no-centring",
-           misconception="RMSNorm instead of LayerNorm: the mean of each vector not subtracted",
-           cells={"qk_layernorm": patch("return (x - mean) / torch.sqrt(var + eps)",
-                                        "return x / torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)")},
-           must_fail=_QKLN_CELLS, message=r"mean"),
-    Mutant(name="qkln-queries-only",
-           misconception="only the queries normalised: the keys keep their scale, so the scores are not bounded",
-           cells={"qk_layernorm": patch("return normalise(q), normalise(k)", "return normalise(q), k")},
-           must_fail=_QKLN_CELLS, message=r"not normalised|keys"),
-    Mutant(name="qkln-over-positions",
-           misconception="each feature normalised over the positions (axis -2) instead of each vector over d_head",
-           cells={"qk_layernorm": patch("dim=-1, keepdim=True", "dim=-2, keepdim=True", count=2)},
-           must_fail=_QKLN_CELLS, message=r"axis|positions"),
-]
+# Rows are (name, misconception, edit, what the failure messages must match), one mutants_of call per
+# answer cell, in the order the demo class takes its mutants.
+MUTANTS = mutants_of("attention_entropy", "test_attention_entropy", [
+    ("entropy-wrong-axis", "entropy averaged over the batch and the heads instead of the batch and the queries",
+     _MEAN_PER_QUERY, r"axis|axes"),
+    ("entropy-log-of-zero", "log of exactly-zero weights gives 0 * -inf = nan instead of counting 0 log 0 as 0",
+     (patch(_SAFE, ""), patch(_LOG_OF_SAFE, "torch.log(attn)")), r"nan"),
+], demo={"entropy-wrong-axis", "entropy-log-of-zero"})
+# Entropies in bits are 1/ln 2 times too large, which the collapse experiment's thresholds notice.
+MUTANTS += mutants_of("attention_entropy", "test_attention_entropy", [
+    ("entropy-in-bits", "entropy computed with log2 (bits) where nats are asked",
+     patch(_LOG_OF_SAFE, "torch.log2(safe)"), r"bits"),
+], also=("test_collapse",), demo={"entropy-in-bits"})
+MUTANTS += mutants_of("scale_qk_init", "test_scale_qk_init", [
+    ("scale-wv-too", "W_V scaled along with W_Q and W_K, although only W_Q and W_K set the scores' size",
+     patch(_SCALE_K, _SCALE_K + "            block.W_v.mul_(factor)\n"), r"W_V"),
+    ("scale-every-weight", "every weight of the model scaled instead of only the query and key projections",
+     patch("        for block in model.blocks:\n"
+           "            block.W_q.mul_(factor)  # (d_model, d_model), a view into in_proj_weight\n" + _SCALE_K,
+           "        for p in model.parameters():\n            p.mul_(factor)\n"), r"every weight"),
+    ("scale-first-block-only", "only the first block's W_Q and W_K scaled",
+     patch("for block in model.blocks:", "for block in model.blocks[:1]:"), r"every block"),
+], demo={"scale-wv-too"})
+MUTANTS += mutants_of("train_copy_task", "test_train_copy_task", [
+    ("train-no-step0-log",
+     "the untrained model (step 0) is not logged, so the collapse at initialisation is invisible",
+     patch("    log(0)\n", ""), r"step 0"),
+])
+# Mistakes of the training loop that only the hidden check's own measurements reveal.
+MUTANTS += mutants_of("train_copy_task", ("test_train_copy_task_hidden",), [
+    ("train-decay-every-weight", "qk_decay passed to the optimiser as weight_decay, so it decays every weight",
+     (patch("momentum=0.9)", "momentum=0.9, weight_decay=qk_decay)"), patch(_QK_DECAY, "")), r"every weight"),
+])
+MUTANTS += mutants_of("train_copy_task", ("test_train_copy_task_hidden", "test_collapse"), [
+    ("train-no-optimiser-step",
+     "the loop computes the gradients but never calls optimiser.step(), and reports a plausible falling loss curve "
+     "anyway", (  # the logged loss: the real step-0 loss, then 5 % less at every update
+         patch("        optimiser.step()\n", ""),
+         patch("copy_loss(logits, eval_y).item()", "copy_loss(logits, eval_y).item() * 0.95 ** step"),
+     ), r"does not learn|is the optimiser"),
+])
+MUTANTS += mutants_of("train_copy_task", "test_train_copy_task", [
+    ("warmup-first-update-zero",
+     "warm-up counted from update 0, so the first update has learning rate 0 (LambdaLR's off-by-one)",
+     patch("min(1.0, step / warmup)", "min(1.0, (step - 1) / warmup)"), r"learning rate 0|update of 0"),
+], demo={"warmup-first-update-zero"})
+MUTANTS += mutants_of("train_copy_task", ("test_train_copy_task_hidden",), [
+    ("warmup-never-ends", "the warm-up is not capped, so the learning rate keeps growing past lr",
+     patch("lr * min(1.0, step / warmup)", "lr * step / warmup"), r"never ends"),
+])
+MUTANTS += mutants_of("sink_mass", "test_sink_mass", [
+    ("sink-counts-query-0", "query 0, which under a causal mask can only read key 0, counted in the sink mass",
+     patch(_ON_FIRST_KEY, "attn[:, :, :, 0]"), r"query 0"),
+    ("sink-row-not-column", "query 0's row of weights read instead of key 0's column",
+     patch(_ON_FIRST_KEY, "attn[:, :, 0, :]"), r"row|column"),
+    ("sink-mean-over-heads", "the mass averaged over the batch and the heads, one value per query instead of per head",
+     patch("on_first_key.mean(dim=(0, 2))  # (H,)", "on_first_key.mean(dim=(0, 1))  # (T,)"), r"axis"),
+], demo={"sink-counts-query-0"})
+MUTANTS += mutants_of("sliding_window_mask", "test_sliding_window_mask", [
+    ("window-one-too-many", "the window counts back `window` tokens from the query, so it keeps window + 1 of them",
+     patch("(i - j < window)", "(i - j <= window)"), r"one key too many|window \+ 1"),
+    ("sinks-read-before-they-exist", "the sink tokens are allowed for every query, also before they exist (not causal)",
+     patch("sinks = (j <= i) & (j < n_sinks)", "sinks = j < n_sinks"), r"exist|later token"),
+], demo={"window-one-too-many"})
+MUTANTS += mutants_of("sliding_window_mask", "test_sliding_window_mask", [
+    ("sinks-dropped", "a plain sliding window: the sink tokens are evicted with the rest",
+     patch("return recent | sinks  # (T, T)", "return recent  # (T, T)"), r"sink"),
+], also=("test_sinks",))
+MUTANTS += mutants_of("qk_layernorm", "test_qk_layernorm", [
+    ("qkln-unbiased-variance", "the variance divided by d_head - 1 (torch's default unbiased=True) instead of d_head",
+     patch("unbiased=False", "unbiased=True"), r"d_head - 1|population"),
+    ("qkln-rms-no-centring", "RMSNorm instead of LayerNorm: the mean of each vector not subtracted",
+     patch("return (x - mean) / torch.sqrt(var + eps)", "return x / torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)"),
+     r"mean"),
+    ("qkln-queries-only", "only the queries normalised: the keys keep their scale, so the scores are not bounded",
+     patch("return normalise(q), normalise(k)", "return normalise(q), k"), r"not normalised|keys"),
+    ("qkln-over-positions", "each feature normalised over the positions (axis -2) instead of each vector over d_head",
+     patch("dim=-1, keepdim=True", "dim=-2, keepdim=True", count=2), r"axis|positions"),
+], demo={"qkln-unbiased-variance"})
 
 ALTERNATIVES = [
     Alternative(name="entropy-special-entr",

@@ -5,7 +5,7 @@ each changes the lines of one mistake in an otherwise correct answer. Alternativ
 the start are complete code, after the given signature and a one-line docstring.
 """
 
-from ..kit import Alternative, Mutant, patch
+from ..kit import Alternative, mutants_of, patch
 
 _UPDATE_DEF = '''def online_softmax_update(m, l, acc, scores_block, v_block):
     """Fold one block of keys into the running softmax state (m, l, acc)."""
@@ -22,55 +22,44 @@ _L_NEW = "l_new = alpha * l + p.sum(dim=-1)  # (n_q,)"
 _ACC_NEW = "acc_new = alpha[:, None] * acc + p @ v_block  # (n_q, d_v)"
 _ACC_NOT_RESCALED = patch(_ACC_NEW, "acc_new = acc + p @ v_block  # (n_q, d_v)")
 
-_UPDATE_CELLS = ("test_online_softmax_update", "test_online_softmax_update_hidden", "test_chunked_attention_hidden")
-_CHUNKED_CELLS = ("test_chunked_attention", "test_chunked_attention_hidden")
-_BACKWARD_CELLS = ("test_attention_backward_from_lse", "test_attention_backward_from_lse_hidden")
 
-MUTANTS = [
-    Mutant(name="no-rescale",
-           misconception="the running denominator and accumulator are not rescaled by exp(m_old - m_new) "
-                         "when the max grows",
-           cells={"online_softmax_update": (patch(_L_NEW, "l_new = l + p.sum(dim=-1)  # (n_q,)"), _ACC_NOT_RESCALED)},
-           must_fail=_UPDATE_CELLS, message=r"rescal", demo=True),
-    Mutant(name="rescale-denominator-only",
-           misconception="the denominator l is rescaled when the max grows but the accumulator acc is not",
-           cells={"online_softmax_update": _ACC_NOT_RESCALED}, must_fail=_UPDATE_CELLS, message=r"accumulator",
-           demo=True),
-    Mutant(name="divide-inside-loop",
-           misconception="the accumulator is divided by the running denominator inside every update",
-           cells={"online_softmax_update": patch(
-               _ACC_NEW, "acc_new = (alpha[:, None] * acc + p @ v_block) / l_new[:, None]  # (n_q, d_v), normalised")},
-           must_fail=_UPDATE_CELLS, message=r"divid", demo=True),
-    Mutant(name="max-starts-at-zero",
-           misconception="the running max starts at 0 instead of -inf, so very negative scores underflow",
-           cells={"chunked_attention": patch("new_full((q_stop - q_start,), -math.inf)",  # m, the running max
-                                             "new_zeros(q_stop - q_start)")},
-           must_fail=_CHUNKED_CELLS, message=r"-inf", demo=True),
-    Mutant(name="drop-last-block",
-           misconception="the last, shorter key block is dropped when T is not a multiple of chunk_size",
-           cells={"chunked_attention": (
-               patch("for k_start in range(0, k_end, chunk_size):",
-                     "for k_start in range(0, k_end - chunk_size + 1, chunk_size):"),
-               patch("k_stop = min(k_start + chunk_size, T_k)", "k_stop = k_start + chunk_size"))},
-           must_fail=_CHUNKED_CELLS, message=r"last.*(short|block)", demo=True),
-    Mutant(name="causal-skip-off-by-one",
-           misconception="the causal skip stops one block early and misses the diagonal block",
-           cells={"chunked_attention": patch("min(q_stop, T_k) if causal", "min(q_start, T_k) if causal")},  # k_end
-           must_fail=_CHUNKED_CELLS, message=r"diagonal", demo=True),
-    Mutant(name="full-score-matrix",
-           misconception="the T x T score matrix is computed once and then sliced into tiles "
-                         "(exact, but no memory saved)",
-           cells={"chunked_attention": (
-               patch("    lse = q.new_empty(T_q)  # (T_q,)\n",
-                     "    lse = q.new_empty(T_q)  # (T_q,)\n"
-                     "    scores_all = q @ k.T * scale  # (T_q, T_k), all at once\n"),
-               patch("scores = q_tile @ k[k_start:k_stop].T  # (n_q, n_k)",
-                     "scores = scores_all[q_start:q_stop, k_start:k_stop]  # (n_q, n_k)"))},
-           must_fail=("test_chunked_attention_memory", "test_memory_growth"), message=r"T x T", demo=True),
-    Mutant(name="full-matrix-unless-measured",
-           misconception="the full T x T matrix, replaced by a cheap wrong answer whenever the code detects that its "
-                         "memory is being measured (tracemalloc, a torch function mode or a tracer active)",
-           cells={"chunked_attention": """import sys
+# Rows are (name, misconception, edit, what the failure messages must match), one mutants_of call per
+# answer cell, in the order the demo class takes its mutants. chunked_attention folds its tiles with
+# online_softmax_update, so its hidden check catches the update's mistakes too.
+MUTANTS = mutants_of("online_softmax_update", "test_online_softmax_update", [
+    ("no-rescale",
+     "the running denominator and accumulator are not rescaled by exp(m_old - m_new) when the max grows",
+     (patch(_L_NEW, "l_new = l + p.sum(dim=-1)  # (n_q,)"), _ACC_NOT_RESCALED), r"rescal"),
+    ("rescale-denominator-only", "the denominator l is rescaled when the max grows but the accumulator acc is not",
+     _ACC_NOT_RESCALED, r"accumulator"),
+    ("divide-inside-loop", "the accumulator is divided by the running denominator inside every update",
+     patch(_ACC_NEW, "acc_new = (alpha[:, None] * acc + p @ v_block) / l_new[:, None]  # (n_q, d_v), normalised"),
+     r"divid"),
+], also=("test_chunked_attention_hidden",), demo={"no-rescale", "rescale-denominator-only", "divide-inside-loop"})
+MUTANTS += mutants_of("chunked_attention", "test_chunked_attention", [
+    ("max-starts-at-zero", "the running max starts at 0 instead of -inf, so very negative scores underflow",
+     patch("new_full((q_stop - q_start,), -math.inf)", "new_zeros(q_stop - q_start)"),  # m, the running max
+     r"-inf"),
+    ("drop-last-block", "the last, shorter key block is dropped when T is not a multiple of chunk_size", (
+        patch("for k_start in range(0, k_end, chunk_size):", "for k_start in range(0, k_end - chunk_size + 1, chunk_size):"),
+        patch("k_stop = min(k_start + chunk_size, T_k)", "k_stop = k_start + chunk_size"),
+    ), r"last.*(short|block)"),
+    ("causal-skip-off-by-one", "the causal skip stops one block early and misses the diagonal block",
+     patch("min(q_stop, T_k) if causal", "min(q_start, T_k) if causal"), r"diagonal"),  # k_end
+], demo={"max-starts-at-zero", "drop-last-block", "causal-skip-off-by-one"})
+# Exact answers that save no memory: only the memory measurements catch them.
+MUTANTS += mutants_of("chunked_attention", ("test_chunked_attention_memory", "test_memory_growth"), [
+    ("full-score-matrix", "the T x T score matrix is computed once and then sliced into tiles (exact, but no memory saved)", (
+        patch("    lse = q.new_empty(T_q)  # (T_q,)\n",
+              "    lse = q.new_empty(T_q)  # (T_q,)\n    scores_all = q @ k.T * scale  # (T_q, T_k), all at once\n"),
+        patch("scores = q_tile @ k[k_start:k_stop].T  # (n_q, n_k)",
+              "scores = scores_all[q_start:q_stop, k_start:k_stop]  # (n_q, n_k)"),
+    ), r"T x T"),
+], demo={"full-score-matrix"})
+MUTANTS += mutants_of("chunked_attention", ("test_chunked_attention_memory",), [
+    ("full-matrix-unless-measured",
+     "the full T x T matrix, replaced by a cheap wrong answer whenever the code detects that its memory is being "
+     "measured (tracemalloc, a torch function mode or a tracer active)", """import sys
 import tracemalloc
 
 from torch.overrides import _get_current_function_mode_stack
@@ -87,47 +76,41 @@ def _being_measured():
     if causal:
         scores = scores.masked_fill(torch.ones(scores.shape, dtype=torch.bool).triu(1), -math.inf)
     return torch.softmax(scores, dim=-1) @ v, torch.logsumexp(scores, dim=-1)
-"""}, must_fail=("test_chunked_attention_memory",), message=r"T x T"),
-    Mutant(name="queries-not-tiled",
-           misconception="only the keys are tiled: every query is scored against each key block at once, a "
-                         "T x chunk_size matrix of scores (and a T-row state) instead of chunk_size x chunk_size tiles",
-           cells={"chunked_attention": (
-               patch("for q_start in range(0, T_q, chunk_size):",
-                     "for q_start in range(0, T_q, T_q):  # one tile: every query"),
-               patch("q_stop = min(q_start + chunk_size, T_q)", "q_stop = T_q"))},
-           must_fail=("test_chunked_attention_memory",), message=r"T x chunk_size"),
-    Mutant(name="backward-no-scale", misconception="dq and dk miss the 1/sqrt(d_k) factor of S = Q K^T / sqrt(d_k)",
-           cells={"attention_backward_from_lse": (patch("dq += dS_blk @ k_blk * scale", "dq += dS_blk @ k_blk"),
-                                                  patch("dk[k_start:k_stop] = dS_blk.T @ q * scale",
-                                                        "dk[k_start:k_stop] = dS_blk.T @ q"))},
-           must_fail=_BACKWARD_CELLS, message=r"sqrt\(d_k\)"),
-    Mutant(name="backward-divide-by-lse",
-           misconception="the weights are rebuilt as exp(S) / lse instead of exp(S - lse)",
-           cells={"attention_backward_from_lse": patch("torch.exp(scores - lse[:, None])",
-                                                       "torch.exp(scores) / lse[:, None]")}, must_fail=_BACKWARD_CELLS,
-           message=r"subtract lse in the exponent", demo=True),
-    Mutant(name="backward-d-from-dout",
-           misconception="the softmax-backward row term D is rowsum(dout) instead of rowsum(dout * out)",
-           cells={"attention_backward_from_lse": patch("D = (dout * out).sum(dim=-1)", "D = dout.sum(dim=-1)")},
-           must_fail=_BACKWARD_CELLS, message=r"rowsum\(dout \* out\)"),
-    Mutant(name="backward-full-matrix", misconception="the backward rebuilds the whole T x T weight matrix at once",
-           cells={"attention_backward_from_lse": (
-               patch("for k_start in range(0, T_k, chunk_size):",
-                     "for k_start in range(0, T_k, T_k):  # one block: every key"),
-               patch("k_stop = min(k_start + chunk_size, T_k)", "k_stop = T_k"))},
-           must_fail=("test_attention_backward_from_lse_hidden",), message=r"T x T"),
-    Mutant(name="sweep-inputs-inside",
-           misconception="memory_sweep allocates q, k, v inside the measured call, so the inputs are counted",
-           cells={"memory_sweep": patch(
-               "        q, k, v = (torch.randn(T, d) for _ in range(3))  # (T, d) each, allocated before measuring\n"
-               "        peaks.append(peak_memory(attention_fn, q, k, v).bytes)\n",
-               "        peaks.append(peak_memory(lambda: attention_fn(*(torch.randn(T, d) for _ in range(3))))"
-               ".bytes)\n")}, must_fail=("test_memory_sweep", "test_memory_sweep_hidden"), message=r"inputs"),
-    Mutant(name="bytes-without-heads", misconception="the attention-matrix size forgets the number of heads H",
-           cells={"attention_matrix_bytes": patch("B * H * T * T * bytes_per_entry)  # B * H matrices",
-                                                   "B * T * T * bytes_per_entry)  # B matrices")},
-           must_fail=("test_attention_matrix_bytes", "test_attention_matrix_bytes_hidden"), message=r"\bH\b|heads"),
-]
+""", r"T x T"),
+    ("queries-not-tiled",
+     "only the keys are tiled: every query is scored against each key block at once, a T x chunk_size matrix of "
+     "scores (and a T-row state) instead of chunk_size x chunk_size tiles", (
+         patch("for q_start in range(0, T_q, chunk_size):", "for q_start in range(0, T_q, T_q):  # one tile: every query"),
+         patch("q_stop = min(q_start + chunk_size, T_q)", "q_stop = T_q"),
+     ), r"T x chunk_size"),
+])
+MUTANTS += mutants_of("attention_backward_from_lse", "test_attention_backward_from_lse", [
+    ("backward-no-scale", "dq and dk miss the 1/sqrt(d_k) factor of S = Q K^T / sqrt(d_k)",
+     (patch("dq += dS_blk @ k_blk * scale", "dq += dS_blk @ k_blk"),
+      patch("dk[k_start:k_stop] = dS_blk.T @ q * scale", "dk[k_start:k_stop] = dS_blk.T @ q")), r"sqrt\(d_k\)"),
+    ("backward-divide-by-lse", "the weights are rebuilt as exp(S) / lse instead of exp(S - lse)",
+     patch("torch.exp(scores - lse[:, None])", "torch.exp(scores) / lse[:, None]"), r"subtract lse in the exponent"),
+    ("backward-d-from-dout", "the softmax-backward row term D is rowsum(dout) instead of rowsum(dout * out)",
+     patch("D = (dout * out).sum(dim=-1)", "D = dout.sum(dim=-1)"), r"rowsum\(dout \* out\)"),
+], demo={"backward-divide-by-lse"})
+MUTANTS += mutants_of("attention_backward_from_lse", ("test_attention_backward_from_lse_hidden",), [
+    ("backward-full-matrix", "the backward rebuilds the whole T x T weight matrix at once", (
+        patch("for k_start in range(0, T_k, chunk_size):", "for k_start in range(0, T_k, T_k):  # one block: every key"),
+        patch("k_stop = min(k_start + chunk_size, T_k)", "k_stop = T_k"),
+    ), r"T x T"),
+])
+MUTANTS += mutants_of("memory_sweep", "test_memory_sweep", [
+    ("sweep-inputs-inside", "memory_sweep allocates q, k, v inside the measured call, so the inputs are counted",
+     patch("        q, k, v = (torch.randn(T, d) for _ in range(3))  # (T, d) each, allocated before measuring\n"
+           "        peaks.append(peak_memory(attention_fn, q, k, v).bytes)\n",
+           "        peaks.append(peak_memory(lambda: attention_fn(*(torch.randn(T, d) for _ in range(3)))).bytes)\n"),
+     r"inputs"),
+])
+MUTANTS += mutants_of("attention_matrix_bytes", "test_attention_matrix_bytes", [
+    ("bytes-without-heads", "the attention-matrix size forgets the number of heads H",
+     patch("B * H * T * T * bytes_per_entry)  # B * H matrices", "B * T * T * bytes_per_entry)  # B matrices"),
+     r"\bH\b|heads"),
+])
 
 _NUMPY_HELPER = '''def _as_np(x):
     """A NumPy view of a tensor or array, keeping its dtype."""
@@ -299,68 +282,53 @@ _GQA_DEF = '''def grouped_query_attention(q, k, v, causal=False):
 _APPEND_RETURN = "return torch.cat([K, k_new], dim=-2), torch.cat([V, v_new], dim=-2)"
 _STEP_APPEND = ("    cache = kv_cache_append(cache, k_new, v_new)  # first: the new tokens read their own keys too\n"
                 "    K, V = cache  # (B, H, T_total, d_k), (B, H, T_total, d_v)\n")
-_STEP_CELLS = ("test_decode_step", "test_decode_step_hidden", "test_greedy_decoding", "test_greedy_decoding_hidden")
-_GQA_CELLS = ("test_grouped_query_attention", "test_grouped_query_attention_hidden")
-_BYTES_CELLS = ("test_kv_cache_bytes", "test_kv_cache_bytes_hidden")
 _K_REP = "k = k.repeat_interleave(group, dim=1)"
 _V_REP = "v = v.repeat_interleave(group, dim=1)"
 
-MUTANTS += [
-    Mutant(name="cache-prepended",
-           misconception="the new keys and values are put before the cached ones, so row t is no longer token t",
-           cells={"kv_cache_append": patch(_APPEND_RETURN,
-                                           "return torch.cat([k_new, K], dim=-2), torch.cat([v_new, V], dim=-2)")},
-           must_fail=("test_kv_cache_append", "test_kv_cache_append_hidden"),
-           message=r"do not prepend|before the cached"),
-    Mutant(name="cache-keeps-only-new",
-           misconception="the cache is replaced by the newest tokens instead of growing",
-           cells={"kv_cache_append": patch(_APPEND_RETURN, "return k_new, v_new  # the newest tokens")},
-           must_fail=("test_kv_cache_append", "test_kv_cache_append_hidden"), message=r"T_cache \+ T_new"),
-    Mutant(name="scores-before-append",
-           misconception="the new queries are scored against the cache before the new keys and values are appended: "
-                         "a new token does not read itself",
-           cells={"decode_step": patch(_STEP_APPEND,
-                                       "    K, V = cache  # the cache as it was: the new tokens are appended after\n"
-                                       "    cache = kv_cache_append(cache, k_new, v_new)\n")},
-           must_fail=_STEP_CELLS, message=r"append", demo=True),
-    Mutant(name="mask-not-offset",
-           misconception="the mask is aligned top-left (query i at position i), not offset by the cache length",
-           cells={"decode_step": patch("torch.arange(T_total - T_new, T_total)[:, None]", "torch.arange(T_new)[:, None]")},
-           must_fail=_STEP_CELLS, message=r"offset", demo=True),
-    Mutant(name="no-mask-in-step",
-           misconception="no mask in the step, since one new token may read every cached key; a prompt fed at once "
-                         "then reads its own future",
-           cells={"decode_step": patch("    scores = scores.masked_fill(key_pos > query_pos, -math.inf)  # (B, H, T_new, T_total)\n",
-                                       "    # one new token may read every cached key: no mask\n")},
-           must_fail=_STEP_CELLS, message=r"causal mask"),
-    Mutant(name="cache-of-outputs",
-           misconception="the cache keeps the step's post-softmax results (its attention outputs) in place of the values",
-           cells={"decode_step": patch("    return out, cache\n",
-                                       "    cache = (K, torch.cat([V[..., :T_total - T_new, :], out], dim=-2))  # keep what was computed\n"
-                                       "    return out, cache\n")},
-           must_fail=_STEP_CELLS, message=r"outputs", demo=True),
-    Mutant(name="cache-bytes-keys-only", misconception="the cache size counts the keys but not the values",
-           cells={"kv_cache_bytes": patch("int(2 * n_layers * n_kv_heads", "int(n_layers * n_kv_heads")},
-           must_fail=_BYTES_CELLS, message=r"K and V|key and a value"),
-    Mutant(name="cache-bytes-one-layer", misconception="the cache size forgets that every layer has its own cache",
-           cells={"kv_cache_bytes": patch("int(2 * n_layers * n_kv_heads", "int(2 * n_kv_heads")},
-           must_fail=_BYTES_CELLS, message=r"every layer"),
-    Mutant(name="gqa-h-mod-g",
-           misconception="the kv heads are tiled (k.repeat), so query head h reads kv head h % G instead of h // (H // G)",
-           cells={"grouped_query_attention": (patch(_K_REP, "k = k.repeat(1, group, 1, 1)"),
-                                              patch(_V_REP, "v = v.repeat(1, group, 1, 1)"))},
-           must_fail=_GQA_CELLS, message=r"h % G", demo=True),
-    Mutant(name="gqa-h-div-g",
-           misconception="query head h reads kv head h // G (dividing by the number of kv heads, not the group size)",
-           cells={"grouped_query_attention": (patch(_K_REP, "k = k[:, torch.arange(H) // G]"),
-                                              patch(_V_REP, "v = v[:, torch.arange(H) // G]"))},
-           must_fail=_GQA_CELLS, message=r"h // \(H // G\)"),
-    Mutant(name="gqa-mean-kv",
-           misconception="the kv heads are averaged into one head shared by every query head",
-           cells={"grouped_query_attention": (patch(_K_REP, "k = k.mean(dim=1, keepdim=True)  # one shared head"),
-                                              patch(_V_REP, "v = v.mean(dim=1, keepdim=True)"))},
-           must_fail=_GQA_CELLS, message=r"h // \(H // G\)"),
-]
+MUTANTS += mutants_of("kv_cache_append", "test_kv_cache_append", [
+    ("cache-prepended", "the new keys and values are put before the cached ones, so row t is no longer token t",
+     patch(_APPEND_RETURN, "return torch.cat([k_new, K], dim=-2), torch.cat([v_new, V], dim=-2)"),
+     r"do not prepend|before the cached"),
+    ("cache-keeps-only-new", "the cache is replaced by the newest tokens instead of growing",
+     patch(_APPEND_RETURN, "return k_new, v_new  # the newest tokens"), r"T_cache \+ T_new"),
+])
+# Greedy decoding runs decode_step, so its tests catch the step's mistakes too.
+MUTANTS += mutants_of("decode_step", "test_decode_step", [
+    ("scores-before-append",
+     "the new queries are scored against the cache before the new keys and values are appended: a new token does "
+     "not read itself",
+     patch(_STEP_APPEND, "    K, V = cache  # the cache as it was: the new tokens are appended after\n"
+                         "    cache = kv_cache_append(cache, k_new, v_new)\n"), r"append"),
+    ("mask-not-offset", "the mask is aligned top-left (query i at position i), not offset by the cache length",
+     patch("torch.arange(T_total - T_new, T_total)[:, None]", "torch.arange(T_new)[:, None]"), r"offset"),
+    ("no-mask-in-step",
+     "no mask in the step, since one new token may read every cached key; a prompt fed at once then reads its own "
+     "future",
+     patch("    scores = scores.masked_fill(key_pos > query_pos, -math.inf)  # (B, H, T_new, T_total)\n",
+           "    # one new token may read every cached key: no mask\n"), r"causal mask"),
+    ("cache-of-outputs",
+     "the cache keeps the step's post-softmax results (its attention outputs) in place of the values",
+     patch("    return out, cache\n",
+           "    cache = (K, torch.cat([V[..., :T_total - T_new, :], out], dim=-2))  # keep what was computed\n"
+           "    return out, cache\n"), r"outputs"),
+], also=("test_greedy_decoding", "test_greedy_decoding_hidden"),
+    demo={"scores-before-append", "mask-not-offset", "cache-of-outputs"})
+MUTANTS += mutants_of("kv_cache_bytes", "test_kv_cache_bytes", [
+    ("cache-bytes-keys-only", "the cache size counts the keys but not the values",
+     patch("int(2 * n_layers * n_kv_heads", "int(n_layers * n_kv_heads"), r"K and V|key and a value"),
+    ("cache-bytes-one-layer", "the cache size forgets that every layer has its own cache",
+     patch("int(2 * n_layers * n_kv_heads", "int(2 * n_kv_heads"), r"every layer"),
+])
+MUTANTS += mutants_of("grouped_query_attention", "test_grouped_query_attention", [
+    ("gqa-h-mod-g", "the kv heads are tiled (k.repeat), so query head h reads kv head h % G instead of h // (H // G)",
+     (patch(_K_REP, "k = k.repeat(1, group, 1, 1)"), patch(_V_REP, "v = v.repeat(1, group, 1, 1)")), r"h % G"),
+    ("gqa-h-div-g", "query head h reads kv head h // G (dividing by the number of kv heads, not the group size)",
+     (patch(_K_REP, "k = k[:, torch.arange(H) // G]"), patch(_V_REP, "v = v[:, torch.arange(H) // G]")),
+     r"h // \(H // G\)"),
+    ("gqa-mean-kv", "the kv heads are averaged into one head shared by every query head",
+     (patch(_K_REP, "k = k.mean(dim=1, keepdim=True)  # one shared head"),
+      patch(_V_REP, "v = v.mean(dim=1, keepdim=True)")), r"h // \(H // G\)"),
+], demo={"gqa-h-mod-g"})
 
 ALTERNATIVES += [
     Alternative(name="cache-preallocated", description="the grown cache allocated once and filled by slices",

@@ -61,25 +61,25 @@ def _expect_every_leak_caught(test: Callable, name: str, build: Callable, correc
     """The student's property test ``name`` must return True on a correct layer and False on each leaking one.
 
     Args:
-        build: a leak's kind (None: no leak) -> the layer, built here; it is lent to the kernel,
-            which can call it, never see which leak it has.
+        build: (fresh weights, a leak's kind or None for no leak) -> the layer, built here; it is
+            lent to the kernel, which can call it, never see which leak it has.
         correct: the correct layer, for the message: "a correctly masked layer".
         leaks: kind -> (what that layer does wrong, the hint when the test misses it).
     """
+    weights = _layer_weights(fresh_rng())
     what = f"{name}({correct})"
-    if not _verdict(test, lend(build(None)), what):
+    if not _verdict(test, lend(build(weights, None)), what):
         fail(what, "returned False", correct_hint)
     for kind, (description, hint) in leaks.items():
         what = f"{name}(a layer that {description})"
-        if _verdict(test, lend(build(kind)), what):
+        if _verdict(test, lend(build(weights, kind)), what):
             fail(what, "returned True, so the leak went unnoticed", hint)
 
 
 def check_outputs_ignore_future(outputs_ignore_future: Callable) -> None:
     """The student's property test must pass a correct causal layer and catch every leak."""
-    weights = _layer_weights(fresh_rng())
-    _expect_every_leak_caught(outputs_ignore_future, "outputs_ignore_future",
-                              lambda leak: causal_layer_with_leak(weights, leak), "a correctly masked causal layer",
+    _expect_every_leak_caught(outputs_ignore_future, "outputs_ignore_future", causal_layer_with_leak,
+                              "a correctly masked causal layer",
                               "A correct layer must pass: change only LATER tokens, compare only the EARLIER outputs, "
                               "and compare with a tolerance (torch.allclose), not ==.", CAUSAL_LEAKS)
 
@@ -100,8 +100,7 @@ if set(PADDING_LEAKS) != set(_PADDING_LEAK_NAMES):
 
 def check_padding_invariant(padding_invariant: Callable) -> None:
     """The student's property test must pass a correct key-padding layer and catch every leak."""
-    weights = _layer_weights(fresh_rng())
-    _expect_every_leak_caught(padding_invariant, "padding_invariant",
-                              lambda leak: padding_layer_with_leak(weights, leak), "a correctly masked layer",
+    _expect_every_leak_caught(padding_invariant, "padding_invariant", padding_layer_with_leak,
+                              "a correctly masked layer",
                               "A correct layer must pass: compare only the REAL positions (padded outputs are "
                               "discarded), with a tolerance (torch.allclose).", PADDING_LEAKS)
