@@ -22,9 +22,9 @@ from harness import GradedLab, grade_lab, load_graded
 # on this 2-core machine under test load: per-notebook seconds from autograded/.mlbook-status.json
 # of a test run (2026-12-03: lab 5 about 60 s, lab 6 15, lab 4 9, labs 1-3 5 to 6; lab 5 since 2026-12-04
 # about two thirds of that, its sink models trained on a third of the tokens) times the number
-# of submissions graded. Used only to order the pre-grading, heaviest first; unknown labs count 300.
-GRADING_COST_S = {"lab05_entropy_collapse": 580, "lab06_chunked_attention": 260, "lab04_transformer_block": 200,
-                  "lab01_hand_attention": 140, "lab03_masks": 120, "lab02_scaling": 80}
+# of submissions graded (alternatives packed several to a notebook). Used only to order the pre-grading, heaviest first; unknown labs count 300.
+GRADING_COST_S = {"lab05_entropy_collapse": 460, "lab06_chunked_attention": 245, "lab04_transformer_block": 170,
+                  "lab01_hand_attention": 140, "lab03_masks": 90, "lab02_scaling": 80}
 
 _GRADED: dict[str, GradedLab] = {}
 

@@ -7,8 +7,10 @@ asks for; then ``mlbook.grading.autograde`` grades them all (sandboxed, verdicts
 Graded labs are cached per test run, so every test of a lab reads the same run.
 
 Which catalogue entries go through the sandbox (``pipeline_entries``): every entry of lab 1
-(the report's tests read a whole catalogue's diagnoses) and, of the other labs, a set that
-reaches every test cell some mutant must fail and every answer cell some alternative rewrites.
+(the report's tests read a whole catalogue's diagnoses) and, of the other labs, a set of mutants
+that reaches every test cell some mutant must fail, and every alternative, packed several to a
+notebook: alternatives that rewrite different answer cells share one submission (correct answers
+side by side are still correct), so each is graded by the pipeline at a fraction of the cost.
 Every entry of every lab is checked in-process on many seeded draws, failing cells and
 misconception messages included (``test_hidden_draws``): the checks are the same code in both
 places, so the sandbox adds the pipeline (kernel, judge, nbgrader's scores), which the sample
@@ -25,7 +27,7 @@ from pathlib import Path
 from typing import Callable
 
 from mlbook.authoring import submissions
-from mlbook.authoring.catalogue import Catalogue, load_catalogue
+from mlbook.authoring.catalogue import Alternative, Catalogue, load_catalogue
 from mlbook.course import Course
 from mlbook.grading import GradingOptions, autograde
 from mlbook.outputs.results import SubmissionResult, collect
@@ -72,16 +74,32 @@ FULL_CATALOGUE_LABS = {"lab01_hand_attention"}
 def pipeline_entries(catalogue: Catalogue) -> Catalogue:
     """The entries of ``catalogue`` graded through the sandbox in this run (see the module docstring).
 
-    A greedy cover: mutants are taken one at a time, each the one that must fail the most test
+    Mutants: a greedy cover, taken one at a time, each the one that must fail the most test
     cells no mutant taken so far fails (the first in catalogue order on a tie), until every test
-    cell some mutant must fail is reached; alternatives likewise over the answer cells they
-    rewrite. Deterministic, so a test id means the same submission on every machine.
+    cell some mutant must fail is reached. Alternatives: all of them, packed (``_pack``).
+    Deterministic, so a test id means the same submission on every machine.
     """
     if os.environ.get("MLBOOK_CATALOGUE") == "full" or catalogue.lab in FULL_CATALOGUE_LABS:
         return catalogue
     mutants = _cover(catalogue.mutants, lambda mutant: mutant.must_fail)
-    alternatives = _cover(catalogue.alternatives, lambda alternative: alternative.cells)
-    return Catalogue(catalogue.lab, mutants, alternatives)
+    return Catalogue(catalogue.lab, mutants, _pack(catalogue.alternatives))
+
+
+def _pack(alternatives: tuple[Alternative, ...]) -> tuple[Alternative, ...]:
+    """Every alternative, in as few submissions as first fit gives: each joins the first pack whose
+    alternatives rewrite none of its answer cells. A pack of one is the alternative itself; a larger
+    one is named ``pack-<n>`` and lists its members in its description."""
+    packs: list[list[Alternative]] = []
+    for alternative in alternatives:
+        home = next((pack for pack in packs if not any(set(alternative.cells) & set(a.cells) for a in pack)), None)
+        if home is None:
+            packs.append([alternative])
+        else:
+            home.append(alternative)
+    return tuple(pack[0] if len(pack) == 1 else
+                 Alternative(name=f"pack-{n}", description=" + ".join(a.name for a in pack),
+                             cells={gid: code for a in pack for gid, code in a.cells.items()})
+                 for n, pack in enumerate(packs, 1))
 
 
 def _cover(entries: tuple, reaches: Callable) -> tuple:
