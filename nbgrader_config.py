@@ -4,6 +4,7 @@ Every setting here answers a measured nbgrader 0.9.6 behaviour (see README, "Gra
 """
 
 from mlbook.lms.late import SchedulePenalty
+from mlbook.outputs import inert_html
 from mlbook.outputs.preprocessors import WARNING_STDERR_PATTERN, RedactTestTracebacks
 from nbgrader.preprocessors import ClearHiddenTests, GetGrades
 from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
@@ -37,6 +38,10 @@ c.IgnorePattern.pattern = WARNING_STDERR_PATTERN
 # Feedback: no hidden test text (ClearHiddenTests) and no traceback quoting it
 # (RedactTestTracebacks keeps only the misconception message).
 c.GenerateFeedback.preprocessors = [GetGrades, ClearHiddenTests, RedactTestTracebacks, CSSHTMLHeaderPreprocessor]
+
+# The formgrader's grading pages and the feedback pages show a student's notebook as HTML: none
+# of the student's HTML runs there (nbgrader's templates render markdown cells unsanitized).
+inert_html.configure(c)
 
 # Late work: nbgrader's own late-submission step (AssignLatePenalties, counting from the
 # gradebook's due date plus the student's extension, both written from course.toml and

@@ -205,6 +205,18 @@ def unshield(changed: list[tuple[Path, int, int]]) -> None:
             pass
 
 
+def nbgrader_config(site: HubSite, role: str) -> str:
+    """The nbgrader config of ``role``'s servers ("staff" or "student"), as the text of a config file."""
+    lines = site.exchange.config_lines()
+    if role == "staff":
+        # A user's server starts in the home folder: without the course's root named, the formgrader
+        # takes the home for it and, the course lying outside the server's root, shows only an error.
+        lines += f"c.CourseDirectory.root = {str(site.course_root)!r}\n"
+        # The formgrader shows each student's notebook as a page of this server: none of its HTML may run.
+        lines += "from mlbook.outputs import inert_html\ninert_html.configure(c)\n"
+    return lines
+
+
 def write_site(site: HubSite) -> Path:
     """Write the hub's config and the two Jupyter profiles; returns the config file."""
     if not PROXY.is_file():
@@ -233,12 +245,7 @@ def write_site(site: HubSite) -> Path:
             server.append("c.ServerApp.jpserver_extensions = {'nbgrader.server_extensions.formgrader': False}")
         for name in ("jupyter_server_config.py", "jupyter_lab_config.py"):
             (profile / "config" / name).write_text("\n".join(server) + "\n")
-        nbgrader_config = site.exchange.config_lines()
-        if role == "staff":
-            # A user's server starts in the home folder: without the course's root named, the formgrader
-            # takes the home for it and, the course lying outside the server's root, shows only an error.
-            nbgrader_config += f"c.CourseDirectory.root = {str(site.course_root)!r}\n"
-        (profile / "config" / "nbgrader_config.py").write_text(nbgrader_config)
+        (profile / "config" / "nbgrader_config.py").write_text(nbgrader_config(site, role))
         for path in [profile, *profile.rglob("*")]:
             os.chmod(path, 0o755 if path.is_dir() else 0o644)
     secret = site.folder / "cookie_secret"

@@ -8,7 +8,8 @@ The tests of this module run in order and build on each other (one class, one la
 3. the grading account collects and runs ``mlbook autograde`` (sandboxed); C's work is late and
    penalised as ``course.toml``'s policy says, A's and B's is not;
 4. the TA presses the formgrader's Autograde button: it runs nothing and points to ``mlbook autograde``;
-   the TA grades each student's written answer by hand in the formgrader (score and comment saved);
+   the TA grades each student's written answer by hand in the formgrader (score and comment saved;
+   C's answer holds HTML meant to run in the TA's browser, and none of it runs);
 5. feedback is written and released; A, B and C fetch theirs in the browser and see their own
    score and messages (C the late penalty and the misconception's message), no hidden test,
    nobody else's work.
@@ -174,7 +175,7 @@ def test_03b_student_c_submits_after_the_due_date(pages, people, site, course, e
     c = people.students["C"]
     page = pages(c)
     fetch(page, site, c, exchange, shots, "c")
-    fill_and_save(page, answers(course, late_mutant().cells))
+    fill_and_save(page, answers(course, {**late_mutant().cells, WRITTEN: HOSTILE_WRITTEN_ANSWER}))
     close_all(page)
     submit(page, site, c, exchange, 1)
     snap(page, shots, "c-submitted-late")
@@ -252,6 +253,9 @@ def xsrf(page) -> str:
 
 
 WRITTEN = "written_explanation"  # lab 1's written answer: graded by hand
+# C's written answer carries HTML that, if the TA's formgrader ran it, would leave its mark in the TA's page.
+HOSTILE_WRITTEN_ANSWER = ("The scale keeps the scores' spread near 1.\n\n<script>top.PWNED = 'script'</script>\n"
+                          "<img src=x onerror=\"top.PWNED = 'onerror'\">\n")
 
 
 def test_05b_written_answer_graded_by_hand_in_the_formgrader(pages, people, site, course, hub, shots):
@@ -271,6 +275,8 @@ def test_05b_written_answer_graded_by_hand_in_the_formgrader(pages, people, site
         box = grading.locator(f"input.score#{WRITTEN}")
         box.wait_for(timeout=90_000)
         grading.wait_for_load_state("networkidle")  # the page binds its boxes once it has fetched the grades
+        ran = grading.evaluate("() => window.PWNED || null")
+        assert ran is None, f"{student}'s written answer ran its HTML ({ran!r}) in the TA's formgrader"
         comment = grading.locator(f"textarea.comment#{WRITTEN}-comment")
         wanted = (score, False, f"Graded by hand: {score} of 3.")
         deadline = time.monotonic() + ACTION_TIMEOUT_MS / 1000
