@@ -80,7 +80,7 @@ def test_the_unsandboxed_opt_out_still_judges_outside_the_kernel():
     assert set(result.verdicts) == set(plan.cells) and all(v.passed for v in result.verdicts.values())
 
 
-# ---- Nothing of one submission survives into the next (issue 24, item 6) -------------------------
+# ---- Nothing of one submission survives into the next ----------------------------------------------
 # Each sandbox runs under its own fresh user id and a syscall filter (``mlbook_kernel.seccomp``).
 # These run real sandboxes, warm (forked from the fork server, when the grader is root) and cold.
 

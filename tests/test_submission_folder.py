@@ -1,4 +1,4 @@
-"""The submission folder is hostile (issue 24, item 5), through the real pipeline.
+"""The submission folder is hostile, through the real pipeline.
 
 One batch of lab 2 submissions is graded once (``mlbook.grading.autograde``, sandboxed) and
 its feedback generated (``mlbook.outputs.feedback``): correct bystanders beside submission folders

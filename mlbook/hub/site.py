@@ -354,7 +354,3 @@ def start_hub(site: HubSite, timeout_s: float = START_TIMEOUT_S) -> RunningHub:
         time.sleep(0.5)
     hub.stop()
     raise MlbookError(f"jupyterhub did not answer on {site.url} within {timeout_s:.0f} s; its log ends:\n{hub.log_tail()}")
-
-
-def remove_site(site: HubSite) -> None:
-    shutil.rmtree(site.folder, ignore_errors=True)

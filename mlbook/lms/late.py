@@ -35,7 +35,6 @@ class Lateness:
     due: dt.datetime | None  # the student's due date (the extension's when there is one)
     extended: bool = False
     seconds_late: float = 0.0
-    past_cutoff: bool = False
 
     @property
     def hours_late(self) -> float:
@@ -69,9 +68,7 @@ def lateness(schedule: Schedule | None, lab: str, submitted_at: dt.datetime | No
         due = extended_until
     if submitted_at is None or due is None:
         return Lateness(submitted_at, due, extended)
-    seconds = max(0.0, (submitted_at - due).total_seconds())
-    cutoff = schedule.cutoff(lab, due) if schedule else None
-    return Lateness(submitted_at, due, extended, seconds, bool(cutoff and submitted_at > cutoff))
+    return Lateness(submitted_at, due, extended, max(0.0, (submitted_at - due).total_seconds()))
 
 
 class SchedulePenalty(LateSubmissionPlugin):

@@ -276,8 +276,7 @@ def restore_own_allocator() -> None:
 class TreePeak:
     """Context manager: the peak memory growth of ``root``'s process tree during the block.
 
-    ``bytes`` (after the block): the growth described in the module's docstring;
-    ``per_process``: pid -> its part of it (reaped children under the pid that reaped them).
+    ``bytes`` (after the block): the growth described in the module's docstring.
     ``only_new_descendants``: for a ``root`` in the grader's own pid namespace, measure ``root``
     and what is born under it during the block, not the descendants it had before (with their
     subtrees). For a call made in this very process, whose other children are not the call's:
@@ -288,7 +287,6 @@ class TreePeak:
     root: int
     only_new_descendants: bool = False
     bytes: int = field(default=0, init=False)
-    per_process: dict[int, int] = field(default_factory=dict, init=False)
     _before: dict[int, _Proc] = field(default_factory=dict, init=False, repr=False)
     _base: dict[int, int] = field(default_factory=dict, init=False, repr=False)
     _idle: dict[int, int] = field(default_factory=dict, init=False, repr=False)
@@ -327,7 +325,7 @@ class TreePeak:
         if exc_type is not None:
             return  # the call's own error goes on; there is nothing to measure
         after = _tree(self.root, self._pruned)
-        per: dict[int, int] = {}
+        per: dict[int, int] = {}  # pid -> its part of the growth (reaped children under the pid that reaped them)
         for pid, proc in self._before.items():
             now = self._same(proc)
             mem = _memory(pid)
@@ -342,7 +340,6 @@ class TreePeak:
             mem = _memory(pid)  # born during the call: all of it is the call's
             peak = mem[1] if mem is not None else PAGE_BYTES * proc.faults  # a zombie: its faults
             per[pid] = peak + PAGE_BYTES * proc.child_faults
-        self.per_process = per
         self.bytes = sum(per.values())
 
 
