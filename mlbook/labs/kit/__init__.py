@@ -40,7 +40,7 @@ from mlbook.labs.kit.inputs import fresh_rng, random_mask, seed, torch_generator
 from mlbook.labs.kit.messages import diagnose, fail, first_bad, sentence
 from mlbook.labs.kit.reference import attention, attention_grads, causal_allowed, entropy, softmax
 from mlbook.labs.kit.results import array, boolean, close, items, number
-from mlbook.labs.kit.tolerance import TORCH_ATOL, float_tolerance, weight_tolerance
+from mlbook.labs.kit.tolerance import TORCH_ATOL, dtype_name, float_tolerance, weight_tolerance
 
 __all__ = [
     "Misconception", "data_array", "describe",
@@ -53,5 +53,5 @@ __all__ = [
     "diagnose", "fail", "first_bad", "sentence",
     "attention", "attention_grads", "causal_allowed", "entropy", "softmax",
     "array", "boolean", "close", "items", "number",
-    "TORCH_ATOL", "float_tolerance", "weight_tolerance",
+    "TORCH_ATOL", "dtype_name", "float_tolerance", "weight_tolerance",
 ]

@@ -9,21 +9,22 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["TORCH_ATOL", "float_tolerance", "weight_tolerance"]
+__all__ = ["TORCH_ATOL", "dtype_name", "float_tolerance", "weight_tolerance"]
 
 # Absolute tolerance on results of size about 1 (attention outputs and weights), per dtype name.
 TORCH_ATOL = {"float16": 2e-2, "bfloat16": 8e-2, "float32": 1e-5, "float64": 1e-10}
 
 
-def _dtype_name(x: Any) -> str:
-    return str(getattr(x, "dtype", "")).replace("torch.", "")
+def dtype_name(x: Any) -> str:
+    """The name of a dtype, or of an array's or tensor's dtype, without "torch." ("float32"): how a
+    message names it, and its key in ``TORCH_ATOL``."""
+    return str(getattr(x, "dtype", x)).replace("torch.", "")
 
 
 def float_tolerance(dtype: Any, loose: bool = False) -> dict[str, float]:
     """``atol``/``rtol`` for an answer computed in ``dtype`` (a torch or NumPy dtype, or its name),
     against a float64 reference. ``loose``: after many accumulations (a long online softmax)."""
-    name = str(dtype).replace("torch.", "")
-    if name == "float64":
+    if dtype_name(dtype) == "float64":
         return dict(atol=1e-9, rtol=1e-9)
     return dict(atol=2e-3, rtol=2e-3) if loose else dict(atol=2e-4, rtol=2e-4)
 
@@ -36,5 +37,5 @@ def weight_tolerance(got: Any, spread: float) -> float:
     about that much, so low-precision results get 5e-3 when the scores are large (spread > 10)
     and 1e-5 otherwise; float64 answers get 1e-6.
     """
-    low_precision = _dtype_name(got) in ("float32", "float16", "bfloat16")
+    low_precision = dtype_name(getattr(got, "dtype", "")) in ("float32", "float16", "bfloat16")
     return (5e-3 if spread > 10 else 1e-5) if low_precision else 1e-6
