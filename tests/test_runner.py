@@ -21,7 +21,18 @@ def client():
     runner = CappedClient(nb, timeout=30, kernel_name="python3", extra_arguments=KERNEL_ARGS)
     runner._used = {}
     with runner.setup_kernel():
+        _settle(runner)
         yield runner
+
+
+def _settle(client) -> None:
+    """Wait until the shell channel holds nothing from the kernel's start: on a loaded machine
+    the start sends kernel_info requests again while the first goes unanswered, and their
+    late replies would reach a test that expects silence. Replies come in order, so once a
+    last request is answered every earlier one has been."""
+    msg_id = client.kc.kernel_info()
+    while _wait(client, 60)["parent_header"].get("msg_id") != msg_id:
+        pass
 
 
 def test_a_sliced_wait_lasts_the_whole_timeout_when_nothing_comes(client):
