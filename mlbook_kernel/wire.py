@@ -170,8 +170,9 @@ def _json_safe(state):
 
 
 def _npy(arr: np.ndarray) -> bytes:
+    """``arr`` in NumPy's .npy format, shape kept (``np.ascontiguousarray`` would make a 0-d array 1-d)."""
     buf = io.BytesIO()
-    np.save(buf, np.ascontiguousarray(arr), allow_pickle=False)
+    np.save(buf, np.require(arr, requirements="C"), allow_pickle=False)
     return buf.getvalue()
 
 
