@@ -242,7 +242,9 @@ out_c, weights_c = attention(Q, K, V, mask=allowed)  # the ticket under the caus
 for name, w_masked in (("causal weights of the ticket", weights_c),
                        ("causal weights of the example", attention(Q_ex, K_ex, V_ex, mask=allowed)[1])):
     expect_zero_where_masked(w_masked, allowed, name,
-                             "Future keys got weight: the mask is True where attention is ALLOWED (is the polarity inverted?).")
+                             "Future keys got weight: set their scores to -inf before the softmax (not 0, which "
+                             "still gets weight), with the mask True where attention is ALLOWED (is the polarity "
+                             "inverted?).")
     expect_rows_sum_to_one(w_masked, name,
                            "Rows must still sum to 1: was the mask applied after the softmax instead of to the scores?")
 expect_close(attention(Q_ex, K_ex, V_ex, mask=allowed)[1], [[1.0, 0.0, 0.0], [0.5, 0.5, 0.0], [0.306, 0.074, 0.620]],
@@ -485,12 +487,15 @@ def outputs_in_value_range(out, V, atol=1e-6):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_property_checks", "points": 1}
-expect(rows_are_distributions(weights) is True, "rows_are_distributions(ticket weights)", "returned False on valid weights")
-expect(rows_are_distributions(weights * 0.9) is False, "rows_are_distributions(weights * 0.9)",
-       "returned True although rows sum to 0.9")
-expect(outputs_in_value_range(out, V) is True, "outputs_in_value_range(ticket)", "returned False on real outputs")
-expect(outputs_in_value_range(out + 5.0, V) is False, "outputs_in_value_range(out + 5)",
-       "returned True for outputs above every value")
+# A verdict is a truth value: Python's True / False, or NumPy's np.True_ / np.False_ (hence == rather than `is`).
+verdict = rows_are_distributions(weights)
+expect(verdict == True, "rows_are_distributions(ticket weights)", f"returned {verdict!r} on valid weights")
+verdict = rows_are_distributions(weights * 0.9)
+expect(verdict == False, "rows_are_distributions(weights * 0.9)", f"returned {verdict!r} although rows sum to 0.9")
+verdict = outputs_in_value_range(out, V)
+expect(verdict == True, "outputs_in_value_range(ticket)", f"returned {verdict!r} on real outputs")
+verdict = outputs_in_value_range(out + 5.0, V)
+expect(verdict == False, "outputs_in_value_range(out + 5)", f"returned {verdict!r} for outputs above every value")
 expect_in_convex_hull(out, V, "your ticket outputs")
 
 # %% nbgrader={"grade": true, "grade_id": "test_property_checks_hidden", "points": 2}

@@ -582,14 +582,16 @@ def outputs_ignore_future(attn_fn, T=6, B=2):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_outputs_ignore_future", "points": 1}
-expect(outputs_ignore_future(library_causal_layer(causal=True)) is True, "outputs_ignore_future(a causal SDPA layer)",
-       "did not return True", "A correct causal layer must pass: compare only earlier positions, with torch.allclose.")
-expect(outputs_ignore_future(library_causal_layer(causal=False)) is False,
-       "outputs_ignore_future(an SDPA layer without is_causal)", "did not return False",
+# A verdict is a truth value: True / False, or a one-entry boolean tensor (hence == rather than `is`).
+verdict = outputs_ignore_future(library_causal_layer(causal=True))
+expect(verdict == True, "outputs_ignore_future(a causal SDPA layer)", f"returned {verdict!r}",
+       "A correct causal layer must pass: compare only earlier positions, with torch.allclose.")
+verdict = outputs_ignore_future(library_causal_layer(causal=False))
+expect(verdict == False, "outputs_ignore_future(an SDPA layer without is_causal)", f"returned {verdict!r}",
        "This layer reads the future: changing a later token changes earlier outputs.")
 
 # %% nbgrader={"grade": true, "grade_id": "test_outputs_ignore_future_hidden", "points": 2}
-# Hidden tests: your test is run on a correct layer and on four layers with different leaks.
+# Hidden tests: your test is run on a correct layer and on five layers with different leaks.
 ### BEGIN HIDDEN TESTS
 from mlbook.labs.lab03_masks import hidden
 hidden.check_outputs_ignore_future(outputs_ignore_future)
@@ -636,11 +638,11 @@ def padding_invariant(attn_fn, lengths=(5, 3)):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_padding_invariant", "points": 1}
-expect(padding_invariant(library_padding_layer(use_padding=True)) is True,
-       "padding_invariant(MultiheadAttention with key_padding_mask)", "did not return True",
+verdict = padding_invariant(library_padding_layer(use_padding=True))
+expect(verdict == True, "padding_invariant(MultiheadAttention with key_padding_mask)", f"returned {verdict!r}",
        "A correct layer must pass: compare real positions only, with torch.allclose.")
-expect(padding_invariant(library_padding_layer(use_padding=False)) is False,
-       "padding_invariant(MultiheadAttention without a padding mask)", "did not return False",
+verdict = padding_invariant(library_padding_layer(use_padding=False))
+expect(verdict == False, "padding_invariant(MultiheadAttention without a padding mask)", f"returned {verdict!r}",
        "This layer reads the PAD tokens: appending padding changes the real outputs.")
 
 # %% nbgrader={"grade": true, "grade_id": "test_padding_invariant_hidden", "points": 2}

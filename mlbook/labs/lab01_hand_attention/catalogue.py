@@ -30,11 +30,21 @@ MUTANTS += mutants_of("attention", "test_attention", [
      patch("np.where(mask, scores, -np.inf)", "np.where(mask, -np.inf, scores)"), r"polarity|True where attention is ALLOWED"),
 ], demo={"divide-by-dk", "mask-after-softmax"})
 
-# 1a: numbers typed by hand, every step after the raw scores computed without the scale.
+# 1a: numbers typed by hand, every step after the raw scores computed without the scale; the scaled
+# scores divided by their sum, a normalisation that is not a softmax.
 MUTANTS += mutants_of("hand_token0", ("test_hand_token0_hidden",), [
     ("hand-unscaled", "hand-worked weights computed from unscaled scores",
      (patch("[0.7071, 0.7071, 0.0]", "[1.0, 1.0, 0.0]"), patch("[0.4011, 0.4011, 0.1978]", "[0.4223, 0.4223, 0.1554]")),
      r"sqrt"),
+    ("hand-weights-sum-normalised", "hand-worked weights taken as the scaled scores divided by their sum, not a softmax",
+     patch("[0.4011, 0.4011, 0.1978]", "[0.5, 0.5, 0.0]"), r"divided by their sum.*softmax"),
+])
+
+# The pair returned in the other order: the visible test sees outputs whose rows do not sum to 1; the hidden
+# check, whose T_k differs from d_v, names the swap.
+MUTANTS += mutants_of("attention", ("test_attention_hidden",), [
+    ("attention-weights-first", "attention returns (weights, out) instead of (out, weights)",
+     patch("return out, weights", "return weights, out"), r"swapped.*\(out, weights\)"),
 ])
 
 # 5: row_attention, the one-query attention behind the worked examples.
@@ -50,6 +60,14 @@ MUTANTS += mutants_of("row_attention", "test_worked_examples", [
      patch("return weights @ V, weights", "return scores @ V, weights"), r"with those weights|softmax weights"),
     ("row-scale-by-keys", "the scale taken from the number of keys T_k instead of the width d_k",
      patch("np.sqrt(q.shape[-1])", "np.sqrt(K.shape[0])"), r"sqrt\(4\)|number of keys"),
+])
+
+# 6: the value range taken over the whole of V, not per column: only outputs that leave their own column's
+# range while staying inside V's overall range tell it apart, which the hidden check builds.
+MUTANTS += mutants_of("property_checks", ("test_property_checks_hidden",), [
+    ("range-of-whole-values", "outputs compared with the min and max of the whole of V instead of each column's",
+     patch("lo, hi = V.min(axis=0), V.max(axis=0)  # (d_v,), (d_v,)", "lo, hi = V.min(), V.max()  # (), ()"),
+     r"same column|whole of V"),
 ])
 
 # 7: token importance, read off the attention weights instead of measured by masking (the
@@ -87,6 +105,24 @@ MUTANTS += mutants_of("spearman", "test_spearman", [
 ])
 
 ALTERNATIVES = [
+    Alternative(name="numpy-verdicts-float32-projections",
+                description="property checks returning NumPy booleans (np.all, &) rather than Python bools; the "
+                            "projections computed in float32",
+                cells={
+        "project_qkv": '''def project_qkv(X, W_q, W_k, W_v):
+    X = np.asarray(X, dtype=np.float32)
+    return tuple(X @ np.asarray(W, dtype=np.float32) for W in (W_q, W_k, W_v))
+''',
+        "property_checks": '''def rows_are_distributions(weights, atol=1e-6):
+    w = np.asarray(weights, dtype=float)
+    return np.all(w >= -atol) & np.all(np.abs(w.sum(axis=-1) - 1) <= atol)
+
+
+def outputs_in_value_range(out, V, atol=1e-6):
+    out, V = np.asarray(out, dtype=float), np.asarray(V, dtype=float)
+    return np.all(out >= V.min(axis=0) - atol) and np.all(out <= V.max(axis=0) + atol)
+''',
+    }),
     Alternative(name="einsum", description="einsum for every product", cells={
         "project_qkv": '''def project_qkv(X, W_q, W_k, W_v):
     return (np.einsum("td,dk->tk", X, W_q), np.einsum("td,dk->tk", X, W_k), np.einsum("td,dv->tv", X, W_v))

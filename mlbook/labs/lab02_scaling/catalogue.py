@@ -46,6 +46,13 @@ MUTANTS += mutants_of("dot_product_std", "test_dot_product_std", [
     ("global-random-state", "random numbers drawn from np.random's global state, ignoring the rng argument",
      patch("rng.standard_normal(", "np.random.standard_normal(", count=2), r"rng argument"),
 ], demo={"std-wrong-axis"})
+# One query drawn once and reused for every key measures |q|, near sqrt(d_k) for a large d_k: the visible
+# d_k = 16 and 64 can pass it, the hidden check's repeated seeds at d_k = 4 show the scatter.
+MUTANTS += mutants_of("dot_product_std", ("test_dot_product_std_hidden",), [
+    ("std-one-query-reused", "one query drawn once and reused for every key, so the pairs are not independent",
+     patch("q = rng.standard_normal((n_pairs, d_k))", "q = rng.standard_normal((1, d_k))"),
+     r"not independent|standard errors away"),
+])
 
 # Effective keys.
 MUTANTS += mutants_of("effective_keys", "test_effective_keys", [
@@ -56,6 +63,18 @@ MUTANTS += mutants_of("mean_effective_keys", "test_mean_effective_keys", [
     ("scaled-flag-ignored", "mean_effective_keys always uses scaled scores, whatever `scaled` says",
      patch("attention_scores(Q, K, scaled=scaled)", "attention_scores(Q, K)"),
      r"scaled=False was ignored|value matches scaled="),
+])
+# The softmax over the queries: at a large unscaled d_k it agrees with the right answer (rows are one-hot
+# either way), so only the diagnosis over every case names it (the visible d_k = 16 cannot tell).
+MUTANTS += mutants_of("mean_effective_keys", ("test_mean_effective_keys_hidden",), [
+    ("mek-softmax-over-queries", "the collapse experiment's softmax taken over the queries (axis 1), not the keys",
+     patch("scaled=scaled)), axis=-1)", "scaled=scaled)), axis=1)"), r"over the queries"),
+])
+# Another measure of spread, right at both ends (uniform and one-hot rows), which the visible test checks.
+MUTANTS += mutants_of("effective_keys", ("test_effective_keys_hidden",), [
+    ("effective-keys-inverse-participation", "effective keys computed as 1 / sum a^2 instead of 2 ** H_bits",
+     patch("return 2.0 ** row_entropy(weights, 2)", "return 1.0 / (np.asarray(weights) ** 2).sum(axis=-1)"),
+     r"inverse participation"),
 ])
 
 # The softmax Jacobian.
@@ -118,10 +137,43 @@ MUTANTS += mutants_of("linear_attention_step", "test_linear_attention_step", [
 """), r"before the state was updated"),
     ("linear-query-raw", "the feature map applied to the key only, not to the query",
      patch("phi_q = elu_feature(q)", "phi_q = q"), r"to the query"),
+    ("linear-relu-feature", "linear attention's key features taken as relu(k) + 1 instead of elu(k) + 1",
+     patch("phi_k = elu_feature(k)", "phi_k = np.maximum(k, 0.0) + 1.0"), r"elu_feature"),
 ])
 
 
 ALTERNATIVES = [
+    Alternative(name="float32-and-epsilons",
+                description="float32 torch for the scores, the kernel regression and the linear-attention step; "
+                            "an epsilon added to the norms (QK-norm) and to the normaliser phi(q) . z",
+                cells={
+        "attention_scores": '''import torch
+
+def attention_scores(Q, K, scaled=True):
+    q = torch.as_tensor(np.asarray(Q), dtype=torch.float32)
+    k = torch.as_tensor(np.asarray(K), dtype=torch.float32)
+    s = torch.matmul(q, k.mT)
+    return s * q.size(-1) ** -0.5 if scaled else s
+''',
+        "qk_norm_scores": (patch("np.linalg.norm(Q, axis=-1, keepdims=True)", "(np.linalg.norm(Q, axis=-1, keepdims=True) + 1e-6)"),
+                           patch("np.linalg.norm(K, axis=-1, keepdims=True)", "(np.linalg.norm(K, axis=-1, keepdims=True) + 1e-6)")),
+        "nadaraya_watson": '''def nadaraya_watson(x_query, x_train, y_train, bandwidth):
+    xq, xk = np.asarray(x_query, np.float32), np.asarray(x_train, np.float32)
+    s = (xq @ xk.T - 0.5 * (xk ** 2).sum(-1)[None, :]) / bandwidth ** 2  # the square expanded; |x|^2 cancels
+    return softmax(s, axis=-1) @ np.asarray(y_train, np.float32)
+''',
+        "linear_attention_step": '''import torch
+import torch.nn.functional as F
+
+def linear_attention_step(state, q, k, v):
+    S, z = (torch.as_tensor(np.asarray(a), dtype=torch.float32) for a in state)
+    q, k, v = (torch.as_tensor(np.asarray(a), dtype=torch.float32) for a in (q, k, v))
+    fq, fk = F.elu(q) + 1, F.elu(k) + 1
+    S = S + fk[:, None] * v[None, :]
+    z = z + fk
+    return (fq @ S) / (fq @ z + 1e-6), (S, z)
+''',
+    }),
     Alternative(name="scipy-stats-entropy",
                 description="row_entropy with scipy.stats.entropy (SciPy has no scipy.special.entropy)",
                 cells={"row_entropy": _ENTROPY_DOC + '''    from scipy.stats import entropy

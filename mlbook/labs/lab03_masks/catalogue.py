@@ -96,6 +96,16 @@ MUTANTS += mutants_of("mask_conversions", "test_mask_conversions", [
      (patch("return ~sdpa_mask", "return sdpa_mask"), patch("(~key_padding_mask)", "key_padding_mask")),
      r"IGNORE|ALLOWED|invert"),
 ])
+# A bare squeeze() is right for every batch but a batch of one, which only the hidden check draws.
+MUTANTS += mutants_of("mask_conversions", ("test_mask_conversions_hidden",), [
+    ("conversion-bare-squeeze", "the two axes of size 1 dropped with a bare squeeze(), which drops B = 1 too",
+     patch("return ~sdpa_mask[:, 0, 0, :]", "return ~sdpa_mask.squeeze()"), r"squeeze\(\) also drops"),
+])
+# The deliberate bug written with the polarity inverted: the allowed weights zeroed.
+MUTANTS += mutants_of("mask_after_softmax", ("test_mask_after_softmax_hidden",), [
+    ("after-softmax-inverted", "the weights zeroed where the mask is True (allowed) instead of False",
+     patch("torch.softmax(scores, dim=-1) * mask", "torch.softmax(scores, dim=-1) * ~mask"), r"polarity"),
+])
 # The student's own property tests: only the hidden check hands them the leaky layers.
 MUTANTS += mutants_of("outputs_ignore_future", ("test_outputs_ignore_future_hidden",), [
     ("future-test-first-output-only",
@@ -104,6 +114,14 @@ MUTANTS += mutants_of("outputs_ignore_future", ("test_outputs_ignore_future_hidd
                "x2[:, -1] = torch.randn(B, D_MODEL)  # change the last token"),
          patch("torch.allclose(y[:, : t + 1], y2[:, : t + 1], atol=1e-5)", "torch.allclose(y[:, 0], y2[:, 0], atol=1e-5)"),
      ), r"leak went unnoticed"),
+])
+# A test that changes only the last token sees every leak that reads the last token, and misses one that
+# reads a single earlier future token: the grader's own "first query reads the next key" layer.
+MUTANTS += mutants_of("outputs_ignore_future", ("test_outputs_ignore_future_hidden",), [
+    ("future-test-last-token-only",
+     "the causal property test changes only the last token (checking every earlier output)", (
+         patch("    for t in range(T - 1):\n", "    for t in (T - 2,):  # only the last token changes\n"),
+     ), r"leak went unnoticed.*tokens AFTER t"),
 ])
 MUTANTS += mutants_of("padding_invariant", ("test_padding_invariant_hidden",), [
     ("padding-test-no-batch",
@@ -134,6 +152,35 @@ MUTANTS += mutants_of("teacher_forcing", "test_teacher_forcing", [
 ])
 
 ALTERNATIVES = [
+    Alternative(name="tensor-verdicts",
+                description="property tests whose verdict is a one-entry boolean tensor (an AND of comparisons), "
+                            "not a Python bool",
+                cells={
+        "outputs_ignore_future": _FUTURE_DOC + '''    x = torch.randn(B, T, D_MODEL)
+    y = attn_fn(x)
+    holds = torch.tensor(True)
+    for t in range(T - 1):
+        x2 = x.clone()
+        x2[:, t + 1:] = torch.randn(B, T - t - 1, D_MODEL)
+        holds = holds & ((attn_fn(x2)[:, : t + 1] - y[:, : t + 1]).abs() < 1e-4).all()
+    return holds
+''',
+        "padding_invariant": _PADINV_DOC + '''    seqs = [torch.randn(1, n, D_MODEL) for n in lengths]
+    alone = [attn_fn(s, torch.zeros(1, s.shape[1], dtype=torch.bool))[0] for s in seqs]
+    T = max(lengths) + 2
+    x = torch.randn(len(seqs), T, D_MODEL)
+    is_pad = torch.arange(T)[None, :] >= torch.tensor(lengths)[:, None]
+    for b, s in enumerate(seqs):
+        x[b, : s.shape[1]] = s[0]
+    batched = attn_fn(x, is_pad)
+    holds = torch.tensor(True)
+    for b, (s, y) in enumerate(zip(seqs, alone)):
+        n = s.shape[1]
+        holds &= torch.isclose(batched[b, :n], y, atol=1e-5).all()
+        holds &= torch.isclose(attn_fn(x[b : b + 1], is_pad[b : b + 1])[0, :n], y, atol=1e-5).all()
+    return holds
+''',
+    }),
     Alternative(name="where-fill", description="torch.where with the dtype's finfo.min instead of masked_fill",
                 cells={"apply_mask": patch(f"scores.masked_fill(~mask, {_FINFO_MIN})",
                                            f"torch.where(mask, scores, {_FINFO_MIN})")}),

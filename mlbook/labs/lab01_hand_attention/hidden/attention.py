@@ -17,10 +17,14 @@ def _attention_variants(Q, K, V, mask):
     Where a mistake normalises over entries that are all blocked (a row, under an inverted mask;
     a column, for the softmax over queries), its weights are NaN, as the mistake's own are.
     """
-    d_k = Q.shape[-1]
+    d_k, T_k, d_v = Q.shape[-1], K.shape[0], V.shape[-1]
     variants = {
         "Scores were divided by d_k instead of sqrt(d_k).": lambda: reference_attention(Q, K, V, mask, scale=d_k)[1],
         "Scores were not scaled: divide Q K^T by sqrt(d_k).": lambda: reference_attention(Q, K, V, mask, scale=1.0)[1],
+        "The scale was taken from the number of keys T_k: it is sqrt(d_k), the width of Q and K (Q.shape[-1]).":
+            lambda: reference_attention(Q, K, V, mask, scale=np.sqrt(T_k))[1],
+        "The scale was taken from the width of the values d_v: it is sqrt(d_k), the width of Q and K (Q.shape[-1]).":
+            lambda: reference_attention(Q, K, V, mask, scale=np.sqrt(d_v))[1],
         "The softmax ran over the query axis: normalise over keys (the last axis).":
             lambda: reference_attention(Q, K, V, mask, axis=0)[1],
     }
@@ -32,6 +36,15 @@ def _attention_variants(Q, K, V, mask):
                 lambda: reference_attention(Q, K, V, ~mask)[1],
         })
     return variants
+
+
+def _expect_out_first(out, weights, out_shape: tuple[int, ...], weights_shape: tuple[int, ...], what: str) -> None:
+    """Fail when the pair came back as (weights, out): each has the other's shape (T_k != d_v)."""
+    got_out, got_w = data_array(out), data_array(weights)
+    if (out_shape != weights_shape and got_out is not None and got_w is not None
+            and got_out.shape == weights_shape and got_w.shape == out_shape):
+        fail(what, f"the first result has shape {got_out.shape} and the second {got_w.shape}",
+             "They are swapped: return the pair in the order (out, weights), out first.")
 
 
 def check_attention(attention) -> None:
@@ -47,6 +60,7 @@ def check_attention(attention) -> None:
         out, weights = ask_items(attention, Q.copy(), K.copy(), V.copy(), n=2, what=what, names="the pair (out, weights)",
                                  **kwargs)
         ref_out, ref_w = reference_attention(Q, K, V, mask)  # (T_q, d_v), (T_q, T_k)
+        _expect_out_first(out, weights, ref_out.shape, ref_w.shape, what)
         w = array(weights, f"{what}: weights", finite=False)  # nan and inf are diagnosed below
         if w.shape != ref_w.shape:
             fail(what, f"weights have shape {w.shape}, expected (T_q, T_k) = {ref_w.shape}",
@@ -63,7 +77,20 @@ def check_attention(attention) -> None:
                  hint or "Check the scale, the softmax axis and where the mask is applied.")
         compare(array(out, f"{what}: out", finite=False), ref_out, what,
                 "The output of each query is the weighted average of the value rows: weights @ V, shape (T_q, d_v).",
-                atol=tol * max(1.0, float(np.abs(V).max())), rtol=1e-5, observed=lambda o: "outputs are not weights @ V")
+                atol=tol * max(1.0, float(np.abs(V).max())), rtol=1e-5, observed=lambda o: "outputs are not weights @ V",
+                shape_hint=_out_shape_hint(T_q, T_k, d_k, d_v))
+
+
+def _out_shape_hint(T_q: int, T_k: int, d_k: int, d_v: int):
+    """The advice for outputs of another shape than (T_q, d_v): the one a known mistake gives, named."""
+    def hint(shape: tuple[int, ...]) -> str:
+        if shape == (T_q, d_k):
+            return "The outputs have the width of the keys: the output mixes the VALUE rows, weights @ V."
+        if shape in ((T_k, d_v), (d_v, T_q)):
+            return "One row per query: out = weights @ V, (T_q, T_k) @ (T_k, d_v); no transpose of the weights."
+        return "out = weights @ V: one row per query, the width of the values, (T_q, d_v)."
+
+    return hint
 
 
 def check_attention_shapes(attention_shapes) -> None:
@@ -100,16 +127,23 @@ def check_row_attention(row_attention) -> None:
                                      names="the pair (out, weights)")
             scores = raw / np.sqrt(d_k) if scaled else raw  # (T_k,)
             ref_w = softmax(scores)  # (T_k,)
+            _expect_out_first(out, weights, (d_v,), (T_k,), what)
             tol = weight_tolerance(weights, spread=2.0)  # from the dtype the student computed in
             flag = (("With scaled=True divide by sqrt(d_k): the scores were left raw.", raw) if scaled else
                     ("With scaled=False the scores must stay raw: the scale was applied anyway.", raw / np.sqrt(d_k)))
-            compare(array(weights, f"{what}: weights", finite=False), ref_w, what, "Scores are K @ q, one per key.",
+            compare(array(weights, f"{what}: weights", finite=False), ref_w, what,
+                    "Scores are K @ q, one per key; the weights are their softmax, which sums to 1.",
                     atol=tol, rtol=1e-5,
-                    observed=lambda w: f"weights differ from softmax of the {'scaled' if scaled else 'raw'} scores",
+                    observed=lambda w: f"weights differ from softmax of the {'scaled' if scaled else 'raw'} scores "
+                                       f"(they sum to {float(np.sum(w)):.4g})",
                     mistakes={
                 "Scores were divided by d_k instead of sqrt(d_k).": lambda: softmax(raw / d_k),
                 flag[0]: lambda: softmax(flag[1]),
                 "The scale uses the number of keys T_k: it is sqrt(d_k), the width of q.": lambda: softmax(raw / np.sqrt(T_k)),
+                "These are exponentials of the scores, not normalised: divide them by their sum (a softmax).":
+                    lambda: np.exp(scores),
+                **({"The scale uses the width of the values d_v: it is sqrt(d_k), the width of q.":
+                    lambda: softmax(raw / np.sqrt(d_v))} if scaled else {}),
             })
             compare(array(out, f"{what}: out", finite=False), ref_w @ V, what, "The output is weights @ V, shape (d_v,).",
                     atol=tol * max(1.0, float(np.abs(V).max())), rtol=1e-5, mistake_tol=(tol, 1e-5),

@@ -39,6 +39,8 @@ def check_token_importance(token_importance_by_masking) -> None:
             "Those are the attention weights: importance must be measured by masking each word and re-predicting.": weights,
             "The sign is reversed: importance is p_full - p_without_word.": -ref,
             "Every word but one was masked: mask only word i and keep the others.": keep_only,
+            "The absolute value loses the sign: a word that lowers the probability has a negative importance, "
+            "p_full - p_without_word.": np.abs(ref),
         })
 
 
@@ -88,6 +90,7 @@ def check_gradient_x_input(gradient_x_input) -> None:
                 np.linalg.norm(grad * x, axis=-1),
             "absolute values lose the sign: sum x_i * grad_i over the components, keeping its sign": np.abs(ref),
             "the sign is reversed: the attribution is +x_i . d logit / d x_i": -ref,
+            "that is a mean over the d components: sum x_i * grad_i over them": ref / x.shape[-1],
             "those are the attention weights, not an attribution by the gradient": weights,
         })
 
@@ -112,6 +115,8 @@ def _spearman_variants(a: np.ndarray, b: np.ndarray) -> dict:
     n = len(a)
     ordinal_a, ordinal_b = np.argsort(np.argsort(a, kind="stable")), np.argsort(np.argsort(b, kind="stable"))
     ra, rb = _average_ranks(a), _average_ranks(b)
+    lowest = lambda x: 1.0 + (x[None, :] < x[:, None]).sum(axis=1)  # noqa: E731 - ties share their lowest rank
+    dense = lambda x: np.unique(x, return_inverse=True)[1].astype(float)  # noqa: E731 - ties share one rank, no gaps
     return {
         "that is the Pearson correlation of the values: correlate their ranks instead": lambda: _pearson(a, b),
         "tied values got different ranks: tied values share the average of the ranks they occupy":
@@ -122,6 +127,10 @@ def _spearman_variants(a: np.ndarray, b: np.ndarray) -> dict:
             lambda: 1 - 6 * ((ra - rb) ** 2).sum() / (n * (n * n - 1)),
         "the ranks were not centred before they were multiplied (a cosine, not a correlation)":
             lambda: float((ra * rb).sum() / np.sqrt((ra * ra).sum() * (rb * rb).sum())),
+        "tied values got the lowest of their ranks (1, 2, 2, 4): they share the AVERAGE of the ranks they occupy "
+        "(1, 2.5, 2.5, 4)": lambda: _pearson(lowest(a), lowest(b)),
+        "those are dense ranks (np.unique's inverse: 1, 2, 2, 3), which close the gap after a tie: tied values share "
+        "the AVERAGE of the ranks they occupy (1, 2.5, 2.5, 4)": lambda: _pearson(dense(a), dense(b)),
     }
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...kit import ask_boolean, fail, fresh_rng, softmax
+from ...kit import boolean, call_student, data_array, fail, fresh_rng, quiet, softmax
 
 # --- 6: property checks ---------------------------------------------------------------------
 
@@ -22,21 +22,49 @@ def check_property_checks(rows_are_distributions, outputs_in_value_range) -> Non
         "a negative weight with rows still summing to 1": ((negative,), False),
         "columns (not rows) summing to 1": ((softmax(rng.normal(size=(T_q, T_k)), axis=0),), False),
     }, "Check non-negativity and that each row (last axis) sums to 1 within atol.")
-    V = rng.normal(size=(T_k, d_v))  # (T_k, d_v)
+    # Columns of V on different scales (column c spread 2 ** c): a range taken over the whole of V
+    # instead of per column then contains coordinates that lie outside their own column's range.
+    V = rng.normal(size=(T_k, d_v)) * 2.0 ** np.arange(d_v)  # (T_k, d_v)
     inside = good @ V  # (T_q, d_v)
+    low_top, high_bottom = int(V.max(axis=0).argmin()), int(V.min(axis=0).argmax())  # columns inside V's overall range
     just_above = inside.copy()
-    just_above[2, 1] = V[:, 1].max() + 1e-3  # one coordinate slightly outside
+    just_above[2, low_top] = V[:, low_top].max() + 1e-3  # one coordinate slightly above its own column
+    just_below = inside.copy()
+    just_below[1, high_bottom] = V[:, high_bottom].min() - 1e-3  # one coordinate slightly below its own column
+    at_the_edge = inside.copy()
+    at_the_edge[0] = V.max(axis=0) + 1e-9  # (d_v,): every coordinate on its column's largest value, plus rounding
     _expect_verdicts(outputs_in_value_range, "outputs_in_value_range", {
         "real attention outputs": ((inside, V), True),
-        "one coordinate 1e-3 above every value": ((just_above, V), False),
-        "outputs below every value": ((inside - 10.0, V), False),
-    }, "Compare each output column with the min and max of the same column of V (over the keys axis).")
+        "an output on the largest value of every column, 1e-9 above it by rounding": ((at_the_edge, V), True,
+            "An output may equal a value (a one-hot row of weights) and rounding may push it 1e-9 past it: "
+            "compare with <= and >= and allow atol."),
+        "one coordinate 1e-3 above the largest value of its column": ((just_above, V), False),
+        "one coordinate 1e-3 below the smallest value of its column": ((just_below, V), False),
+        "outputs below every value": ((inside - 10.0 * 2.0 ** d_v, V), False),
+    }, "Compare each output column with the min and max of the same column of V (over the keys axis), not with "
+       "the range of the whole of V.")
 
 
-def _expect_verdicts(check, name: str, cases: dict[str, tuple[tuple, bool]], hint: str) -> None:
-    """Call the student's property check ``name`` on each case: label -> (its array arguments, the verdict due)."""
-    for label, (args, expected) in cases.items():
+def _expect_verdicts(check, name: str, cases: dict[str, tuple], hint: str) -> None:
+    """Call the student's property check ``name`` on each case.
+
+    Args:
+        cases: label -> (its array arguments, the verdict due), or (arguments, verdict, the advice for that case).
+        hint: the advice for a case without its own.
+    """
+    for label, (args, expected, *advice) in cases.items():
         what = f"{name} on {label}"
-        got = ask_boolean(check, *(a.copy() for a in args), what=what)
+        got = _verdict(check, args, what)
         if got != expected:
-            fail(what, f"returned {got}", hint)
+            fail(what, f"returned {got}", advice[0] if advice else hint)
+
+
+def _verdict(check, args: tuple, what: str) -> bool:
+    """The student's verdict on copies of ``args``: a truth value, NumPy's np.True_ (what np.all returns)
+    included, which crosses from the kernel as a one-entry boolean array; never a number."""
+    with quiet():
+        res = call_student(check, *(a.copy() for a in args), what=what)
+    arr = None if isinstance(res, (bool, list, tuple)) else data_array(res)
+    if arr is not None and arr.dtype.kind == "b" and arr.size == 1:
+        res = arr.reshape(())
+    return boolean(res, what, "A property check returns True (the property holds) or False (it is violated).")

@@ -10,7 +10,7 @@ Conventions of this package:
   sizes than the notebook uses, and compared with the grader's own Monte Carlo reference.
   Every statistical comparison allows ``Z_SIGMA`` standard errors, each derived from the
   sample size where it is computed. A correct answer fails one comparison with probability
-  2 * (1 - Phi(5)) = 5.7e-7, so the six statistical comparisons of one notebook raise a false
+  2 * (1 - Phi(5)) = 5.7e-7, so the twelve statistical comparisons of one notebook raise a false
   alarm in fewer than 1 run in 100,000.
 - Messages quote the student's own values and the call that produced them, never a reference.
 

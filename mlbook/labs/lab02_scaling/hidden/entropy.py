@@ -7,7 +7,7 @@ from typing import Callable
 
 import numpy as np
 
-from ...kit import ask_array, compare, entropy, first_bad, fresh_rng
+from ...kit import ask_array, close, compare, entropy, first_bad, fresh_rng
 
 
 def _test_weights(rng: np.random.Generator) -> np.ndarray:
@@ -59,7 +59,13 @@ def check_effective_keys(effective_keys: Callable) -> None:
     what = f"effective_keys(weights of shape {w.shape})"
     got = ask_array(effective_keys, w.copy(), what=what)
     t_k = w.shape[-1]
-    compare(got, want, what, "A uniform row over T keys has T effective keys and a one-hot row has 1.",
+    # The uniform row (1, 2) and the one-hot row (0, 1) are right for several measures of spread: say so, so
+    # that a student whose ends are right looks for the measure, not the ends.
+    ends_right = got.shape == want.shape and close(got[1, 2], t_k, atol=1e-6) and close(got[0, 1], 1.0, atol=1e-6)
+    hint = ("Your uniform and one-hot rows are right but the others are not: effective keys are 2 ** (the row's "
+            "entropy in bits), not another count of the keys in use." if ends_right else
+            "A uniform row over T keys has T effective keys and a one-hot row has 1.")
+    compare(got, want, what, hint,
             shape_hint="One number per row: the rows run over the last axis.",
             observed=lambda got: f"{first_bad(got, want, atol=1e-6, rtol=1e-6)} (a uniform row over {t_k} keys "
                                  f"gave {float(got[1, 2]):.4g}, a one-hot row {float(got[0, 1]):.4g})", mistakes={
@@ -67,4 +73,8 @@ def check_effective_keys(effective_keys: Callable) -> None:
         "2 to the power of an entropy in nats: use 2 ** H_bits (or exp of H in nats)": 2.0**nats,
         "returned the entropy in bits itself: effective keys are 2 ** H_bits": bits,
         "returned the entropy in nats itself: effective keys are exp(H_nats) = 2 ** H_bits": nats,
+        "that is 1 / sum_j a_j^2 (the inverse participation ratio), another measure of spread: effective keys here "
+        "are 2 ** H_bits, from the entropy": 1.0 / (w**2).sum(axis=-1),
+        "that counts the keys with a non-zero weight: effective keys are 2 ** H_bits, which weighs each key by "
+        "its weight": (w > 0).sum(axis=-1).astype(float),
     })

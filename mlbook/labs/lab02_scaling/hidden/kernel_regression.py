@@ -6,7 +6,7 @@ from typing import Callable
 
 import numpy as np
 
-from ...kit import ask_array, compare, fresh_rng, softmax
+from ...kit import array, call_student, compare, float_tolerance, fresh_rng, quiet, softmax
 
 
 def check_nadaraya_watson(nadaraya_watson: Callable) -> None:
@@ -20,10 +20,14 @@ def check_nadaraya_watson(nadaraya_watson: Callable) -> None:
         sq = ((xq[:, None, :] - xk[None, :, :]) ** 2).sum(-1)  # (T_q, T_k)
         want = softmax(-sq / (2 * h * h)) @ y  # (T_q, d_v)
         what = f"nadaraya_watson(x_query {xq.shape}, x_train {xk.shape}, y_train {y.shape}, bandwidth={h:.3g})"
-        got = ask_array(nadaraya_watson, xq.copy(), xk.copy(), y.copy(), h, what=what, finite=False)  # nan: below
+        with quiet():
+            result = call_student(nadaraya_watson, xq.copy(), xk.copy(), y.copy(), h, what=what)
+        got = array(result, what, finite=False)  # nan: diagnosed below
+        # A float32 answer is correct too: its tolerance follows the dtype it was computed in.
+        tol = 1e-7 if str(getattr(result, "dtype", "float64")).endswith("float64") else float_tolerance("float32")["atol"]
         kernel_sum = lambda s: np.exp(s - s.max(axis=-1, keepdims=True))  # noqa: E731
         compare(got, want, what, "Weights softmax(-|x - x_j|^2 / (2 h^2)) over the examples j, then the weighted "
-                "average of y_train.", atol=1e-7, rtol=1e-7,
+                "average of y_train.", atol=tol, rtol=tol,
                 shape_hint="One prediction per query point, with the width of y_train: weights (T_q, T_k) @ y_train "
                            "(T_k, d_v).",
                 nonfinite=("returned nan or inf", "exp(-|x - x_j|^2 / (2 h^2)) underflows to 0 for every example "
@@ -31,6 +35,8 @@ def check_nadaraya_watson(nadaraya_watson: Callable) -> None:
                            "instead."), mistakes={
             "the bandwidth was not squared: the Gaussian kernel is exp(-|x - x_j|^2 / (2 h^2))":
                 lambda: softmax(-sq / (2 * h)) @ y,
+            "the factor 2 is missing: the Gaussian kernel is exp(-|x - x_j|^2 / (2 h^2))":
+                lambda: softmax(-sq / (h * h)) @ y,
             "the distance was not squared: the Gaussian kernel is exp(-|x - x_j|^2 / (2 h^2))":
                 lambda: softmax(-np.sqrt(sq) / (2 * h * h)) @ y,
             "the weights were normalised over the query points (axis 0): average over the examples, the last axis":

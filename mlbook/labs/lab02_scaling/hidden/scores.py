@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
-from ...kit import ask_array, compare, first_bad, fresh_rng
+from ...kit import array, ask_array, call_student, compare, first_bad, fresh_rng, quiet
 
 
 def _scores_shape_hint(want: tuple[int, ...]) -> Callable[[tuple[int, ...]], str]:
@@ -19,6 +19,32 @@ def _scores_shape_hint(want: tuple[int, ...]) -> Callable[[tuple[int, ...]], str
                 "reverses the batch axes.")
 
     return hint
+
+
+_LAST_TWO = ("swap only the last two axes of K (K.swapaxes(-2, -1), or K.transpose(-2, -1) in torch), which works "
+             "for one sequence and for a batch: K.T reverses every axis, the batch axis included, and "
+             "transpose(0, 2, 1) needs exactly three")
+
+
+def _layout_error(Q: np.ndarray) -> Callable[[str, str], tuple[str, str] | None]:
+    """A ``named=`` hook: a shape error, which a transpose written for one layout gives on the other
+    (K.T on a batch, transpose(0, 2, 1) on one sequence)."""
+    layout = "batched (B, T, d_k)" if Q.ndim > 2 else "single-sequence (T, d_k)"
+
+    def named(kind: str, text: str) -> tuple[str, str] | None:
+        shape_words = ("axes", "shape", "size", "dimension", "broadcast", "mismatch")
+        if kind in ("ValueError", "RuntimeError", "IndexError") and any(w in text.lower() for w in shape_words):
+            return f"raised {kind} on {layout} inputs: {text[:160]}", f"Scores must work for both layouts: {_LAST_TWO}."
+        return None
+
+    return named
+
+
+def _answer_tolerance(got: Any, inputs_dtype: np.dtype, float64_tol: float, float32_tol: float) -> float:
+    """The tolerance for a result, from the precision it was computed in: float32 inputs, or a float32 answer
+    to float64 inputs (torch's default dtype, a correct choice too), get ``float32_tol``."""
+    low = inputs_dtype != np.float64 or str(getattr(got, "dtype", "float64")).replace("torch.", "") != "float64"
+    return float32_tol if low else float64_tol
 
 
 def check_attention_scores(attention_scores: Callable) -> None:
@@ -33,10 +59,13 @@ def check_attention_scores(attention_scores: Callable) -> None:
     ]
     for Q, K in cases:
         raw = np.einsum("...qd,...kd->...qk", Q.astype(np.float64), K.astype(np.float64))  # (..., T_q, T_k)
-        tol = 1e-6 if Q.dtype == np.float64 else 1e-4
         for scaled in (True, False):
             what = f"attention_scores(Q of shape {Q.shape} {Q.dtype}, K of shape {K.shape}, scaled={scaled})"
-            got = ask_array(attention_scores, Q.copy(), K.copy(), scaled=scaled, what=what)
+            with quiet():
+                result = call_student(attention_scores, Q.copy(), K.copy(), scaled=scaled, what=what,
+                                      named=_layout_error(Q))
+            tol = _answer_tolerance(result, Q.dtype, 1e-6, 1e-4)
+            got = array(result, what)
             want = raw / math.sqrt(d_k) if scaled else raw
             compare(got, want, what, "Each entry is q_i . k_j over the d_k components, divided by sqrt(d_k) when "
                     "scaled=True.", atol=tol, rtol=tol, shape_hint=_scores_shape_hint(want.shape), mistakes={
@@ -71,8 +100,10 @@ def check_qk_norm_scores(qk_norm_scores: Callable) -> None:
         unit_k = k / np.linalg.norm(k, axis=-1, keepdims=True)  # (..., T_k, d_k)
         want = gain * unit_q @ np.swapaxes(unit_k, -1, -2)  # (..., T_q, T_k)
         what = f"qk_norm_scores(Q of shape {Q.shape} {Q.dtype}, K of shape {K.shape}, gain={gain:.3f})"
-        got = ask_array(qk_norm_scores, Q.copy(), K.copy(), gain, what=what)
-        tol = 1e-9 if Q.dtype == np.float64 else 1e-5
+        got = ask_array(qk_norm_scores, Q.copy(), K.copy(), gain, what=what, named=_layout_error(Q))
+        # Relative to the gain, whatever the dtype: x / (|x| + eps) with the usual eps <= 1e-6 is correct too
+        # (rows here are at least about 0.05 long), and every known mistake is off by far more.
+        tol = 1e-4
         across = lambda x: x / np.linalg.norm(x, axis=-2, keepdims=True)  # noqa: E731 - the wrong axis
         compare(got, want, what, "Each score is gain * cos(q_i, k_j): every |score| is at most the gain.",
                 atol=tol * gain, rtol=tol,

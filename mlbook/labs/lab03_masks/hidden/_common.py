@@ -32,7 +32,8 @@ def randn(gen: torch.Generator, *shape: int, dtype: torch.dtype = torch.float64,
 
 
 def shape_str(shape: Any) -> str:
-    return "(" + ", ".join(str(int(s)) for s in shape) + ")"
+    """A shape as Python writes a tuple: (2, 3), (8,), ()."""
+    return str(tuple(int(s) for s in shape))
 
 
 def as_numpy(x: torch.Tensor) -> np.ndarray:
@@ -40,8 +41,9 @@ def as_numpy(x: torch.Tensor) -> np.ndarray:
     return x.detach().to(torch.float64).cpu().numpy()
 
 
-def expect_bool_tensor(m: Any, shape: tuple[int, ...], what: str) -> None:
-    """Fail unless ``m`` is a torch bool tensor of exactly ``shape``."""
+def expect_bool_tensor(m: Any, shape: tuple[int, ...], what: str, shape_hint: str | None = None) -> None:
+    """Fail unless ``m`` is a torch bool tensor of exactly ``shape`` (``shape_hint``: the advice for another
+    shape with as many axes, when a check knows better than the general one)."""
     if not isinstance(m, torch.Tensor):
         fail(what, f"returned {describe(m)}, not a torch tensor", "Build the mask with torch.")
     if m.dtype != torch.bool:
@@ -50,15 +52,22 @@ def expect_bool_tensor(m: Any, shape: tuple[int, ...], what: str) -> None:
              "added to or multiplied with the scores instead of selecting them.")
     if tuple(m.shape) != shape:
         fail(what, f"shape is {shape_str(m.shape)}, expected {shape_str(shape)}",
+             shape_hint if shape_hint is not None and m.dim() == len(shape) else
              "Keep the broadcast axes of size 1 so the mask lines up with (B, H, T_q, T_k) scores.")
 
 
 def float16_overflow(dtype: torch.dtype, observed: str, hint: str) -> Callable[[str, str], tuple[str, str] | None]:
     """A ``named=`` hook for kit.call_student: torch's RuntimeError on a fill value that float16
-    cannot hold (-1e9, say) becomes (``observed``, ``hint``); any other error is reported as usual."""
+    cannot hold (-1e9, say) becomes (``observed``, ``hint``); the same error in another dtype (a
+    fill taken from a wider dtype's finfo, written into a narrower tensor) is named too; any other
+    error is reported as usual."""
     def named(kind: str, text: str) -> tuple[str, str] | None:
-        if kind == "RuntimeError" and "overflow" in text and dtype == torch.float16:
+        if kind != "RuntimeError" or "overflow" not in text:
+            return None
+        if dtype == torch.float16:
             return observed, hint
-        return None
+        return (f"raised RuntimeError: {text[:160]}",
+                f"A fill value must fit the dtype of the tensor it is written into (the scores are {dtype_name(dtype)}): "
+                "take it from torch.finfo of that same tensor's dtype, not of another dtype.")
 
     return named

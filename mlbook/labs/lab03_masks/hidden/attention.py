@@ -44,6 +44,10 @@ def _wrong_weights(q: np.ndarray, k: np.ndarray, v: np.ndarray,
         "the mask was ignored: forbidden keys still get weight": lambda: weights(),
         "the scores were divided by d_k instead of sqrt(d_k)": lambda: weights(bias=blocked, scale=d),
         "the scores were not scaled by 1/sqrt(d_k)": lambda: weights(bias=blocked, scale=1.0),
+        "the scale was taken from the values' width d_v: it is 1/sqrt(d_k), d_k = q.shape[-1]":
+            lambda: weights(bias=blocked, scale=np.sqrt(v.shape[-1])),
+        "the scale was taken from the number of keys T_k: it is 1/sqrt(d_k), d_k = q.shape[-1]":
+            lambda: weights(bias=blocked, scale=np.sqrt(k.shape[-2])),
         "the softmax was taken over the query axis (dim=-2) instead of the keys (dim=-1)":
             lambda: weights(bias=blocked, axis=-2),
     }
@@ -158,11 +162,15 @@ def check_mask_after_softmax(fn: Callable) -> None:
         qn, kn, vn, allowed = as_numpy(q), as_numpy(k), as_numpy(v), mask.numpy()
         full = attention(qn, kn, vn)[1]  # (B, H, T_q, T_k): the softmax over every key
         ref_w = full * allowed  # (B, H, T_q, T_k) rows sum to < 1
-        compare(as_numpy(attn), ref_w, what, None, atol=tol, rtol=1e-5, mistake_tol=(tol, 1e-6), mistakes={
+        compare(as_numpy(attn), ref_w, what, "Take the softmax of q @ k^T / sqrt(d_k) over all keys, then zero the "
+                "weights where the mask is False (True = allowed), without renormalising.",
+                atol=tol, rtol=1e-5, mistake_tol=(tol, 1e-6), mistakes={
             "your weights are renormalised (rows sum to 1): that is the correct masked attention. This function "
             "must show the BUG: softmax over all keys first, then zero the masked weights, without renormalising":
                 lambda: attention(qn, kn, vn, allowed)[1],
             "masked weights are not zeroed: multiply (or fill) the softmax weights with the mask afterwards": full,
+            "the allowed weights were zeroed and the masked ones kept: the polarity is inverted. " + POLARITY:
+                full * ~allowed,
         }, observed=lambda a: f"weights of shape {shape_str(a.shape)} differ from softmax-then-zero")
         compare(as_numpy(out), ref_w @ vn, what, "out = attn @ v with the zeroed weights.", atol=10 * tol, rtol=1e-5,
                 observed=lambda o: "weights are right but outputs differ")

@@ -2,8 +2,9 @@
 
 Each property test is handed a correct layer, which it must pass, and every leaking layer,
 each of which it must catch. The layers are built here from the grader's own
-``mlbook_helpers.masking`` with fresh weights and lent to the kernel (``lend``): the student's
-code can call them, never look inside (a layer's leak is the answer).
+``mlbook_helpers.masking`` (and one causal leak of this module's own) with fresh weights and
+lent to the kernel (``lend``): the student's code can call them, never look inside (a layer's
+leak is the answer).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any, Callable
 
 import numpy as np
 import torch
+from torch.nn import functional as F
 
 from mlbook_helpers.masking import CAUSAL_LEAKS as _CAUSAL_LEAK_NAMES
 from mlbook_helpers.masking import PADDING_LEAKS as _PADDING_LEAK_NAMES
@@ -46,6 +48,33 @@ if set(CAUSAL_LEAKS) != set(_CAUSAL_LEAK_NAMES):
     raise ImportError(f"lab 3 describes the causal leaks {sorted(CAUSAL_LEAKS)} but mlbook_helpers.masking "
                       f"builds {sorted(_CAUSAL_LEAK_NAMES)}: keep the two lists the same")
 
+# Leaks built here, grader-side only (the given helpers build the others): kind -> (description, hint).
+# "first query reads the next key": one future token leaks into one earlier position, so only a test that
+# changes more than the last token (every position after t, for every t) sees it.
+GRADER_CAUSAL_LEAKS = {
+    "first query reads the next key": (
+        "lets the FIRST position also read the second token (one mask entry off)",
+        "This leak reads only token 1, and only into position 0: for every position t, change the tokens AFTER t "
+        "(not only the last one) and check the outputs up to t."),
+}
+
+
+def _causal_layer(weights: torch.Tensor, leak: str | None) -> Callable[[torch.Tensor], torch.Tensor]:
+    """A one-head causal layer, correct or with a leak: the given helpers' leaks, and the grader's own."""
+    if leak not in GRADER_CAUSAL_LEAKS:
+        return causal_layer_with_leak(weights, leak)
+    W_q, W_k, W_v = weights.clone()  # (D_MODEL, D_MODEL) each
+
+    @torch.no_grad()
+    def layer(x: torch.Tensor) -> torch.Tensor:
+        T = x.shape[-2]
+        i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]  # query and key positions
+        allowed = (j <= i) | ((i == 0) & (j == 1))  # (T, T): causal, and query 0 reads key 1
+        q, k, v = (x @ W.to(x.dtype) for W in (W_q, W_k, W_v))  # (B, T, D_MODEL) each
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)  # (B, T, D_MODEL)
+
+    return layer
+
 
 def _verdict(test: Callable, layer: Any, what: str) -> bool:
     """The student's property test called on ``layer``: its verdict, a truth value (a one-entry boolean
@@ -78,10 +107,11 @@ def _expect_every_leak_caught(test: Callable, name: str, build: Callable, correc
 
 def check_outputs_ignore_future(outputs_ignore_future: Callable) -> None:
     """The student's property test must pass a correct causal layer and catch every leak."""
-    _expect_every_leak_caught(outputs_ignore_future, "outputs_ignore_future", causal_layer_with_leak,
+    _expect_every_leak_caught(outputs_ignore_future, "outputs_ignore_future", _causal_layer,
                               "a correctly masked causal layer",
                               "A correct layer must pass: change only LATER tokens, compare only the EARLIER outputs, "
-                              "and compare with a tolerance (torch.allclose), not ==.", CAUSAL_LEAKS)
+                              "and compare with a tolerance (torch.allclose), not ==.",
+                              {**CAUSAL_LEAKS, **GRADER_CAUSAL_LEAKS})
 
 
 PADDING_LEAKS = {

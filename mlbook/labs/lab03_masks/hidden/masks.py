@@ -41,7 +41,8 @@ def check_causal_mask_with_cache(causal_mask_with_cache: Callable) -> None:
     for t_new, t_all in cases:
         what = f"causal_mask_with_cache({t_new}, {t_all})"
         m = call_student(causal_mask_with_cache, t_new, t_all, what=what)
-        expect_bool_tensor(m, (1, 1, t_new, t_all), what)
+        expect_bool_tensor(m, (1, 1, t_new, t_all), what, shape_hint="One row per new query and one column per key, "
+                           "the cached keys included: (1, 1, T_new, T_total).")
         i = np.arange(t_new)[:, None] + (t_all - t_new)  # (T_new, 1) absolute query positions
         i0 = np.arange(t_new)[:, None]  # (T_new, 1) the queries counted from the first key
         j = np.arange(t_all)[None, :]  # (1, T_total)

@@ -26,7 +26,7 @@ def check_teacher_forcing(teacher_forced_logits: Callable, step_by_step_logits: 
     rng = fresh_rng()
     vocab = int(rng.integers(7, 16))
     decoder = tiny_decoder(seed=seed(rng), vocab=vocab)
-    bos = int(rng.integers(vocab))
+    bos = int(rng.integers(1, vocab))  # never the lesson's BOS = 0, so a hard-coded 0 (or BOS) is not bos_id
     B, T = int(rng.integers(1, 4)), int(rng.integers(4, 10))
     targets = torch.from_numpy(rng.choice([t for t in range(vocab) if t != bos], size=(B, T)))  # (B, T) int64
     shifted = torch.cat([torch.full((B, 1), bos, dtype=targets.dtype), targets[:, :-1]], dim=1)  # (B, T)
@@ -38,6 +38,7 @@ def check_teacher_forcing(teacher_forced_logits: Callable, step_by_step_logits: 
     steps = np.stack([decoder(shifted[:, : t + 1], causal(t + 1))[:, -1].numpy() for t in range(T)], axis=1)
     assert np.allclose(ref, steps, atol=1e-5), "the reference's two passes disagree"  # the grader's own maths
     unshifted = decoder(targets, causal(T)).numpy()  # (B, T, V): position t reads target t
+    lesson_bos = torch.cat([torch.zeros((B, 1), dtype=targets.dtype), targets[:, :-1]], dim=1)  # (B, T): 0, not bos
     shape = (B, T, vocab)
     lent = lend(decoder)
 
@@ -50,6 +51,8 @@ def check_teacher_forcing(teacher_forced_logits: Callable, step_by_step_logits: 
         "causal_mask(T)": lambda: decoder(shifted, None).numpy(),
         "the targets were not shifted: position t read target t, the token it must predict; feed BOS followed "
         "by targets[:, :-1]": unshifted,
+        "the sequence starts with token 0 (the lesson's BOS), not the bos_id argument: build the shift with "
+        "bos_id": lambda: decoder(lesson_bos, causal(T)).numpy(),
     }, observed=lambda _: "the logits differ from one causal pass over BOS followed by targets[:, :-1]")
 
     what = f"step_by_step_logits(decoder, targets of shape {shape_str(targets.shape)}, bos_id={bos})"
@@ -59,6 +62,8 @@ def check_teacher_forcing(teacher_forced_logits: Callable, step_by_step_logits: 
                               "its last position's logits.", atol=_ATOL, rtol=_RTOL, mistakes={
         "the prefix included the target it must predict: step t feeds BOS and targets[:, :t] (t + 1 tokens)":
             unshifted,
+        "the prefixes start with token 0 (the lesson's BOS), not the bos_id argument: build the shift with bos_id":
+            lambda: decoder(lesson_bos, causal(T)).numpy(),  # one causal pass equals the steps (asserted above)
         "each step kept the FIRST position's logits: the prediction of the next token is at the LAST position":
             lambda: np.stack([decoder(shifted[:, : t + 1], causal(t + 1))[:, 0].numpy() for t in range(T)], 1),
     }, observed=lambda _: "the logits differ from decoding one prefix at a time")
