@@ -135,7 +135,7 @@ def merge_heads(x):
     """Concatenate the heads back into each token's row: the inverse of split_heads.
 
     Args:
-        x: (B, H, T, d_head) tensor, usually not contiguous.
+        x: (B, H, T, d_head) tensor, contiguous (attn @ v) or not (a transposed view).
 
     Returns:
         (B, T, H * d_head); token t's row is [head 0's channels, head 1's, ...].
@@ -167,6 +167,10 @@ expect_shape(merged, (1, 6, 8), "merge_heads of a (1, 2, 6, 4) tensor", "Expecte
 expect(bool(torch.equal(merged, labels)), "merge_heads of the labelled heads",
        f"token 1 came back as {merged[0, 1].tolist()}",
        "Merge without the transpose mixes tokens across heads: transpose back to (B, T, H, d_head) first.")
+# attn @ v gives the heads contiguous, and after the transpose a flattening .view needs .contiguous() first.
+expect(bool(torch.equal(merge_heads(per_head.contiguous()), labels)), "merge_heads of the same heads, contiguous",
+       "does not give the labelled tokens back",
+       "Transpose, then .contiguous().view(B, T, H * d_head) (or reshape).")
 
 # %% nbgrader={"grade": true, "grade_id": "test_heads_hidden", "points": 2}
 # Hidden tests: fresh shapes, a non-contiguous input to merge_heads, and the round trip.
@@ -304,7 +308,9 @@ expect_close(got_w, ref_w, "your weights vs torch's (no mask)", atol=1e-5,
 expect_close(got, ref, "your output vs torch.nn.MultiheadAttention (no mask)", atol=1e-5,
              hint="The weights agree, so look after them: merge the heads, then apply W_o and its bias.")
 expect(float(got_cw[..., ~causal].abs().max()) < 1e-6, "weights with the causal mask",
-       "future keys receive weight", "The mask is True where attention is ALLOWED: fill the scores where it is False.")
+       "future keys receive weight",
+       "The mask is True where attention is ALLOWED: fill the scores where it is False, with "
+       "torch.finfo(scores.dtype).min or -inf (a fill of 0 still gives those keys weight).")
 expect_close(got_c, ref_c, "your output vs torch with a causal mask", atol=1e-5,
              hint="Fill disallowed scores before the softmax.")
 
@@ -895,7 +901,8 @@ expect_close(Yc[0], [6.017, 3.983], "the chapter's first output row", atol=2e-3,
                   "(the chapter misprints the weights and prints (6.07, 3.93)).")
 Ym, _ = attention_forward(Qc, Kc, Vc, mask=np.tril(np.ones((3, 3), dtype=bool)))
 expect_close(Ym[0], Vc[0], "the first row under a causal mask", atol=1e-12,
-             hint="Token 0 may only read itself: fill masked scores before the softmax.")
+             hint="Token 0 may only read itself: fill masked scores with -inf before the softmax (a score of 0 "
+                  "still gets weight).")
 
 # %% nbgrader={"grade": true, "grade_id": "test_attention_forward_hidden", "points": 1}
 # Hidden tests: T_q != T_k, d_v != d_k, random masks and a score bias, to 1e-12.

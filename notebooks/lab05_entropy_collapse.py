@@ -888,7 +888,7 @@ def sliding_window_mask(T, window, n_sinks=0):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_sliding_window_mask", "points": 2}
-small = sliding_window_mask(6, 3, 1)
+small = torch.as_tensor(sliding_window_mask(6, 3, 1))  # a NumPy boolean array is read as a tensor too
 expect_shape(small, (6, 6), "sliding_window_mask(6, 3, 1)", "One row per query, one column per key.")
 expect(small.dtype == torch.bool, "sliding_window_mask(6, 3, 1)", f"has dtype {small.dtype}",
        "Return a boolean mask, True where the query may read the key.")
@@ -900,9 +900,10 @@ expect_close(small.int(), [[1, 0, 0, 0, 0, 0],
                            [1, 0, 0, 1, 1, 1]], "sliding_window_mask(6, 3, 1)", atol=0,
              hint="Query i reads keys i-2..i (3 tokens: the window counts the query itself, so reading "
                   "i-3 too is one key too many) and key 0, the sink; never a key after i.")
-expect_close(sliding_window_mask(5, 5).int(), torch.tril(torch.ones(5, 5)).int(),
+expect_close(torch.as_tensor(sliding_window_mask(5, 5)).int(), torch.tril(torch.ones(5, 5)).int(),
              "sliding_window_mask(5, 5, 0)", atol=0, hint="A window as long as the sequence is the causal mask.")
-expect_close(sliding_window_mask(4, 1, 2).int(), [[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 0, 1]],
+expect_close(torch.as_tensor(sliding_window_mask(4, 1, 2)).int(),
+             [[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 0, 1]],
              "sliding_window_mask(4, 1, 2)", atol=0,
              hint="A sink token is read only once it exists: query 0 cannot read sink 1.")
 

@@ -377,8 +377,10 @@ expect_close(lse, torch.logsumexp(q @ k.T / 8, dim=-1), "lse of chunked_attentio
              hint="lse = m + log(l) for each row, from the state after its last block.")
 
 q, k, v = torch.randn(300, 16, generator=g), torch.randn(300, 16, generator=g), torch.randn(300, 24, generator=g)
-expect_close(chunked_attention(q, k, v, 64)[0], F.scaled_dot_product_attention(q, k, v), "chunked_attention(T=300, c=64)",
-             atol=1e-5, hint="300 is not a multiple of 64: is the last, shorter block of keys (and tile of queries) processed?")
+expect_close(chunked_attention(q, k, v, 64)[0], F.scaled_dot_product_attention(q, k, v),
+             "chunked_attention(T=300, c=64, d_k=16, d_v=24)", atol=1e-5,
+             hint="300 is not a multiple of 64: is the last, shorter block of keys (and tile of queries) "
+                  "processed? And d_v differs from d_k here: the scale is 1/sqrt(d_k), from q's width.")
 
 q, k, v = (torch.randn(512, 64, generator=g) for _ in range(3))
 out, lse = chunked_attention(q, k, v, 64, causal=True)
@@ -506,7 +508,8 @@ for T_q, T_k, c, causal in [(96, 96, 32, False), (100, 100, 32, True), (70, 45, 
     case = f"(T_q={T_q}, T_k={T_k}, chunk_size={c}, causal={causal})"
     dq_ref, dk_ref, dv_ref = autograd_reference(q, k, v, dout, causal)
     expect_close(grads[2], dv_ref, f"dv {case} vs autograd", atol=1e-8,
-                 hint="dV = A^T dY, with this block's columns of A rebuilt as exp(S - lse): subtract lse in the exponent.")
+                 hint="dV = A^T dY, with this block's columns of A rebuilt as exp(S - lse): subtract lse in the "
+                      "exponent, and when causal, mask keys j > i in S first so that their weights are exactly 0.")
     expect_close(grads[1], dk_ref, f"dk {case} vs autograd", atol=1e-8,
                  hint="dK = dS^T Q / sqrt(d_k) (note the transpose), with dS = A * (dA - D) and D = rowsum(dout * out).")
     expect_close(grads[0], dq_ref, f"dq {case} vs autograd", atol=1e-8,
@@ -564,6 +567,9 @@ def memory_sweep(attention_fn, T_values, d=64):
 # %% nbgrader={"grade": true, "grade_id": "test_memory_sweep", "points": 1}
 probe = memory_sweep(lambda q, k, v: torch.empty(q.shape[0], q.shape[0]), [200, 400], d=32)
 expect(len(probe) == 2, "memory_sweep of a probe at T = 200, 400", f"returned {len(probe)} values", "One peak per T.")
+expect(all(isinstance(p, (int, float, np.integer, np.floating)) for p in probe), "memory_sweep of a probe",
+       f"returned {[type(p).__name__ for p in probe]}",
+       "Return numbers: the .bytes of each peak_memory(...) result.")
 expect(abs(probe[0] - 160_000) < 16_000 and abs(probe[1] - 640_000) < 16_000,
        "peak of a function that allocates one T x T float32 tensor, at T = 200 and 400",
        f"measured {probe[0]:,} and {probe[1]:,} bytes (expected about 160,000 and 640,000)",

@@ -114,6 +114,26 @@ MUTANTS += mutants_of("fused_qkv", "test_fused_qkv", [
               "qkv = qkv.reshape(3, B, n_heads, T, d // n_heads)  # (3, B, H, T, d_head) straight"),
     ), r"\(B, T, H, d_head\)"),
 ])
+# A flattening .view right after the transpose works on a transposed view by accident (transposing it back gives
+# contiguous memory) and fails on attn @ v, which is contiguous: the hidden check hands merge_heads both.
+MUTANTS += mutants_of("merge_heads", ("test_merge_heads", "test_heads_hidden", "test_mha_hidden"), [
+    ("merge-view-without-contiguous", "heads merged by transpose then .view, without .contiguous() in between",
+     patch("return x.contiguous().view(B, T, H * d_head)", "return x.view(B, T, H * d_head)"), r"contiguous"),
+])
+MUTANTS += mutants_of("MultiHeadAttention", _MHA_CELLS, [
+    ("mask-fill-zero", "masked scores set to 0 instead of a large negative number, so masked keys keep weight",
+     patch("masked_fill(~mask, torch.finfo(scores.dtype).min)", "masked_fill(~mask, 0.0)"), r"a fill of 0|set to 0"),
+])
+MUTANTS += mutants_of("sinusoidal_positions", ("test_sinusoidal_hidden",), [
+    ("positions-float32", "sinusoids computed in float32 (torch's default) where float64 is asked",
+     patch("    return pe\n", "    return pe.astype(np.float32)\n"), r"float32 precision"),
+])
+MUTANTS += mutants_of("rope_step_scores", ("test_rope_step_hidden",), [
+    ("rope-cache-rotated-again", "cached RoPE: the cached keys, already rotated, rotated again with the new one", (
+        patch("    k_cache = torch.cat([k_cache, apply_rope(k_new, at_t, layout)], dim=-2)  # (B, H, t + 1, d_head)\n",
+              "    k_cache = apply_rope(torch.cat([k_cache, k_new], dim=-2), torch.arange(t + 1), layout)\n"),
+    ), r"rotated again"),
+])
 
 ALTERNATIVES = [
     Alternative(name="einsum-heads",

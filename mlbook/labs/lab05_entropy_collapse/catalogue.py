@@ -89,6 +89,15 @@ MUTANTS += mutants_of("train_copy_task", ("test_train_copy_task_hidden",), [
     ("warmup-never-ends", "the warm-up is not capped, so the learning rate keeps growing past lr",
      patch("lr * min(1.0, step / warmup)", "lr * step / warmup"), r"never ends"),
 ])
+# A loop that ignores its lr matches the default run: the hidden check replays updates at another lr. A loop
+# without zero_grad diverges, which must be named as such, not as an entropy of nan.
+MUTANTS += mutants_of("train_copy_task", ("test_train_copy_task_hidden",), [
+    ("train-lr-ignored", "the optimiser built with lr=0.1, the default, whatever lr the loop is given",
+     patch("torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)",
+           "torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)"), r"lr argument was ignored"),
+    ("train-no-zero-grad", "optimiser.zero_grad() never called, so the gradients add up from update to update",
+     patch("        optimiser.zero_grad()\n", ""), r"zero_grad"),
+])
 MUTANTS += mutants_of("sink_mass", "test_sink_mass", [
     ("sink-counts-query-0", "query 0, which under a causal mask can only read key 0, counted in the sink mass",
      patch(_ON_FIRST_KEY, "attn[:, :, :, 0]"), r"query 0"),
@@ -123,6 +132,13 @@ ALTERNATIVES = [
     Alternative(name="entropy-special-entr",
                 description="entropy through torch.special.entr, which defines entr(0) = 0", cells={
         "attention_entropy": _ENTROPY_DEF + '''    return torch.special.entr(attn).sum(dim=-1).mean(dim=(0, 2))
+''',
+    }),
+    Alternative(name="entropy-log-eps",
+                description="an epsilon inside the log, log(A + 1e-6), so that exact zeros give 0 * log(1e-6) = 0",
+                cells={
+        "attention_entropy": _ENTROPY_DEF + '''    terms = attn * torch.log(attn + 1e-6)  # 0 where attn is exactly 0
+    return -terms.sum(dim=-1).mean(dim=(0, 2))
 ''',
     }),
     Alternative(name="entropy-categorical",
@@ -208,6 +224,13 @@ ALTERNATIVES = [
     sinks = causal.clone()
     sinks[:, n_sinks:] = False
     return recent | sinks
+''',
+    }),
+    Alternative(name="window-numpy",
+                description="the mask as a NumPy boolean array, which the model and the tests read as a tensor",
+                cells={
+        "sliding_window_mask": _WINDOW_DEF + '''    i, j = np.arange(T)[:, None], np.arange(T)[None, :]
+    return (j <= i) & ((i - j < window) | (j < n_sinks))
 ''',
     }),
     Alternative(name="window-loops",

@@ -99,6 +99,28 @@ MUTANTS += mutants_of("attention_backward_from_lse", ("test_attention_backward_f
         patch("k_stop = min(k_start + chunk_size, T_k)", "k_stop = T_k"),
     ), r"T x T"),
 ])
+# Mistakes only shapes other than the lesson's show: T_k longer than T_q by more than a block, d_v != d_k.
+MUTANTS += mutants_of("chunked_attention", ("test_chunked_attention_hidden",), [
+    ("keys-up-to-tq", "the key loop stops at T_q, as if there were as many keys as queries",
+     patch("k_end = min(q_stop, T_k) if causal else T_k", "k_end = min(q_stop, T_k) if causal else T_q"), r"T_k"),
+])
+MUTANTS += mutants_of("chunked_attention", "test_chunked_attention", [
+    ("scale-by-dv", "the scores scaled by 1/sqrt(d_v), the value width, instead of 1/sqrt(d_k)",
+     patch("scale = 1.0 / math.sqrt(d_k)", "scale = 1.0 / math.sqrt(d_v)"), r"d_v"),
+])
+MUTANTS += mutants_of("attention_backward_from_lse", "test_attention_backward_from_lse", [
+    ("backward-d-per-block", "D computed inside the loop from each key block's own dA * A instead of the whole row's", (
+        patch("    D = (dout * out).sum(dim=-1)  # (T_q,) = rowsum(dA * A)\n", ""),
+        patch("        dS_blk = A_blk * (dA_blk - D[:, None])  # (T_q, n_k)",
+              "        D = (dA_blk * A_blk).sum(dim=-1)  # (T_q,): this block's part of the row sum only\n"
+              "        dS_blk = A_blk * (dA_blk - D[:, None])  # (T_q, n_k)"),
+    ), r"rowsum\(dout \* out\)"),
+    ("backward-no-causal-mask", "the weights rebuilt from lse without the causal mask, so future keys get weight",
+     patch("""        if causal:
+            future = torch.arange(k_start, k_stop)[None, :] > torch.arange(T_q)[:, None]  # (T_q, n_k)
+            scores = scores.masked_fill(future, -math.inf)
+""", ""), r"mask"),
+])
 MUTANTS += mutants_of("memory_sweep", "test_memory_sweep", [
     ("sweep-inputs-inside", "memory_sweep allocates q, k, v inside the measured call, so the inputs are counted",
      patch("        q, k, v = (torch.randn(T, d) for _ in range(3))  # (T, d) each, allocated before measuring\n"

@@ -9,7 +9,7 @@ from typing import Callable
 import numpy as np
 
 from ...kit import (Misconception, array, ask_items, attention, attention_grads, call_student, close, compare, diagnose,
-                    fail, first_bad, fresh_rng, items)
+                    fail, first_bad, fresh_rng, items, softmax)
 from ._common import GRAD_TOL, view_error
 
 __all__ = ["check_attention_forward", "check_attention_backward", "check_score_bias_grad"]
@@ -23,6 +23,11 @@ def _np_forward(Q, K, V, allowed=None, bias=None, variant=None) -> np.ndarray:
     if variant == "mask_after":
         A = attention(Q, K, V, bias=bias)[1]  # (T_q, T_k)
         return (A if allowed is None else np.where(allowed, A, 0.0)) @ V
+    if variant == "fill_zero":  # masked scores set to 0 (or the scores multiplied by the mask)
+        S = Q @ K.T / math.sqrt(Q.shape[-1]) + (0.0 if bias is None else bias)  # (T_q, T_k)
+        return softmax(S if allowed is None else np.where(allowed, S, 0.0)) @ V
+    if variant == "bias_scaled":  # the bias added before the scale, so divided by sqrt(d_k) with the dot products
+        return attention(Q, K, V, allowed, None if bias is None else bias / math.sqrt(Q.shape[-1]))[0]
     scale = {"no_scale": 1.0, "scale_dk": Q.shape[-1], "scale_dv": math.sqrt(V.shape[-1])}.get(variant)
     return attention(Q, K, V, allowed, None if variant == "bias_ignored" else bias, scale=scale,
                      axis=0 if variant == "axis0" else -1)[0]
@@ -35,6 +40,10 @@ FORWARD_VARIANTS = {
     "axis0": "the softmax was taken over the query axis (axis 0) instead of over the keys (axis -1)",
     "mask_after": "the mask was applied after the softmax: masked scores must be filled before it, so each row still sums to 1",
     "bias_ignored": "the score bias was ignored: add it to the scaled scores before masking and the softmax",
+    "bias_scaled": "the bias was added before the scale, so it was divided by sqrt(d_k) too: add it after, "
+                   "S = Q K^T / sqrt(d_k) + bias",
+    "fill_zero": "masked scores were set to 0 (or the scores multiplied by the mask), and exp(0) still gives those "
+                 "keys weight: fill them with -inf before the softmax",
 }
 
 
@@ -47,6 +56,11 @@ def _np_backward_variants(A: np.ndarray, Q, K, V, dY) -> dict[str, dict]:
     dS = A * (dA - (dA * A).sum(-1, keepdims=True))  # (T_q, T_k)
     dS0 = A * (dA - (dA * A).sum(0, keepdims=True))  # summed over the wrong axis
     dS_nojac = A * dA  # missing the -a a^T term
+
+    def dS_flat():
+        """The row sum without keepdims, broadcast along the keys: a shape only when T_q = T_k."""
+        return A * (dA - (dA * A).sum(-1)[None, :])
+
     return {
         "dK without transposing dS (dK = dS Q); the key gradient is dS^T Q / sqrt(d_k)":
             dict(dK=lambda: dS @ Q / r),
@@ -54,6 +68,9 @@ def _np_backward_variants(A: np.ndarray, Q, K, V, dY) -> dict[str, dict]:
             dict(dQ=lambda: dS0 @ K / r, dK=lambda: dS0.T @ Q / r, dB=lambda: dS0),
         "the softmax Jacobian's off-diagonal term is missing: dS = A * (dA - rowsum(dA * A)), not A * dA":
             dict(dQ=lambda: dS_nojac @ K / r, dK=lambda: dS_nojac.T @ Q / r, dB=lambda: dS_nojac),
+        "the row sum (dA * A).sum(axis=-1) lost its axis (keepdims=True is missing), so it was broadcast along the "
+        "keys instead of the queries; with T_q != T_k it would not even have a shape":
+            dict(dQ=lambda: dS_flat() @ K / r, dK=lambda: dS_flat().T @ Q / r, dB=dS_flat),
         "the 1/sqrt(d_k) factor of the score was dropped in dQ and dK":
             dict(dQ=lambda: dS @ K, dK=lambda: dS.T @ Q),
         "dQ and dK were divided by d_k instead of sqrt(d_k)":

@@ -38,11 +38,14 @@ def _split_problem(split_heads: Callable, rng: np.random.Generator) -> None:
             observed=lambda _: "heads do not own contiguous channel blocks")
 
 
-def _merge_problem(merge_heads: Callable, rng: np.random.Generator) -> None:
+def _merge_problem(merge_heads: Callable, rng: np.random.Generator, contiguous: bool) -> None:
+    """merge_heads on heads that are a transposed view (split_heads' output) or contiguous (attn @ v's output)."""
     B, T, H, dh = int(rng.integers(2, 4)), int(rng.integers(5, 8)), int(rng.integers(2, 5)), int(rng.integers(2, 6))
     base = rng.normal(size=(B, T, H, dh)).astype(np.float32)  # (B, T, H, d_head)
     y = torch.from_numpy(base.copy()).transpose(1, 2)  # (B, H, T, d_head), not contiguous, like split_heads output
-    what = f"merge_heads(x of shape {(B, H, T, dh)})"
+    if contiguous:
+        y = y.contiguous()  # (B, H, T, d_head) in memory order, like attn @ v
+    what = f"merge_heads(x of shape {(B, H, T, dh)}, {'contiguous' if contiguous else 'a transposed view'})"
     out = ask_array(merge_heads, y, what=what, named=view_error)
     heads_first = base.transpose(0, 2, 1, 3)  # (B, H, T, d_head)
     compare(out, base.reshape(B, T, H * dh), what,  # (B, T, d_model)
@@ -55,11 +58,16 @@ def _merge_problem(merge_heads: Callable, rng: np.random.Generator) -> None:
 
 
 def check_heads(split_heads: Callable, merge_heads: Callable) -> None:
-    """split_heads and merge_heads on fresh shapes (non-contiguous input to merge), and their round trip."""
+    """split_heads and merge_heads on fresh shapes, and their round trip.
+
+    merge_heads gets heads both as a transposed view (what split_heads returns) and contiguous (what
+    attn @ v returns): a .view right after the transpose works on the first only by accident, because
+    transposing a transposed view gives back contiguous memory.
+    """
     rng = fresh_rng()
-    for _ in range(2):
+    for contiguous in (False, True):
         _split_problem(split_heads, rng)
-        _merge_problem(merge_heads, rng)
+        _merge_problem(merge_heads, rng, contiguous)
     B, T, H, dh = 2, int(rng.integers(3, 9)), int(rng.integers(2, 5)), int(rng.integers(2, 5))
     x = torch.from_numpy(rng.normal(size=(B, T, H * dh)).astype(np.float32))  # (B, T, d_model)
     heads = call_student(split_heads, x, H, what="split_heads", named=view_error)

@@ -10,13 +10,17 @@ import torch
 from torch import nn
 
 from ...kit import (Misconception, array, ask_items, attention, call_student, close, diagnose, fail, first_bad,
-                    fresh_rng, helper)
+                    fresh_rng, helper, softmax)
 from ._common import view_error
 from .heads import DIRECT_VIEW, MERGE_NO_TRANSPOSE, check_heads
 
 __all__ = ["check_mha"]
 
 MHA_ATOL, MHA_RTOL = 1e-5, 1e-4  # float32 against torch.nn.MultiheadAttention
+
+
+# Orders in which the three blocks of in_proj_weight may be copied by mistake (block i read as role order[i]).
+_BLOCK_ORDERS = {"order_qvk": (0, 2, 1), "order_kvq": (1, 2, 0), "order_vqk": (2, 0, 1), "order_vkq": (2, 1, 0)}
 
 
 def _np_mha(xq: np.ndarray, xkv: np.ndarray, allowed: np.ndarray | None, P: dict, H: int,
@@ -38,8 +42,16 @@ def _np_mha(xq: np.ndarray, xkv: np.ndarray, allowed: np.ndarray | None, P: dict
         Wq, Wk, Wv, Wo = Wq.T, Wk.T, Wv.T, Wo.T
     if variant == "swap_qk":
         Wq, Wk, bq, bk = Wk, Wq, bk, bq
+    if variant in _BLOCK_ORDERS:
+        order = _BLOCK_ORDERS[variant]
+        Wq, Wk, Wv = ((Wq, Wk, Wv)[i] for i in order)
+        bq, bk, bv = ((bq, bk, bv)[i] for i in order)
     if variant == "no_bias":
         bq, bk, bv, bo = (np.zeros_like(b) for b in (bq, bk, bv, bo))
+    if variant == "no_in_bias":
+        bq, bk, bv = (np.zeros_like(b) for b in (bq, bk, bv))
+    if variant == "mask_inverted" and allowed is not None:
+        allowed = ~allowed
     q, k, v = xq @ Wq.T + bq, xkv @ Wk.T + bk, xkv @ Wv.T + bv  # (B, T_q, d), (B, T_k, d), (B, T_k, d)
     if variant == "direct_view":
         q, k, v = q.reshape(B, H, Tq, dh), k.reshape(B, H, Tk, dh), v.reshape(B, H, Tk, dh)
@@ -48,7 +60,13 @@ def _np_mha(xq: np.ndarray, xkv: np.ndarray, allowed: np.ndarray | None, P: dict
         k = k.reshape(B, Tk, H, dh).transpose(0, 2, 1, 3)  # (B, H, T_k, d_head)
         v = v.reshape(B, Tk, H, dh).transpose(0, 2, 1, 3)  # (B, H, T_k, d_head)
     scale = {"scale_model": math.sqrt(d), "no_scale": 1.0, "scale_dk": dh}.get(variant or "")  # None: sqrt(d_head)
-    o, A = attention(q, k, v, allowed, scale=scale)  # (B, H, T_q, d_head), (B, H, T_q, T_k)
+    if variant in ("mask_inverted", "fill_zero") and allowed is not None:
+        # A finite fill, as torch.finfo(dtype).min gives: a row with no allowed key comes out uniform, not nan.
+        s = q @ np.swapaxes(k, -1, -2) / math.sqrt(dh)  # (B, H, T_q, T_k)
+        A = softmax(np.where(allowed, s, 0.0 if variant == "fill_zero" else -1e30))  # (B, H, T_q, T_k)
+        o = A @ v  # (B, H, T_q, d_head)
+    else:
+        o, A = attention(q, k, v, allowed, scale=scale)  # (B, H, T_q, d_head), (B, H, T_q, T_k)
     if variant == "merge_no_transpose":
         o = o.reshape(B, Tq, d)
     else:
@@ -64,12 +82,28 @@ MHA_VARIANTS = {
     "scale_dk": "scores were divided by d_head instead of sqrt(d_head)",
     "no_scale": "scores were not scaled by 1/sqrt(d_head)",
     "no_bias": "the biases were not copied: in_proj_bias holds [b_q; b_k; b_v] and out_proj.bias b_o",
+    "no_in_bias": "the biases of W_q, W_k and W_v were not copied: in_proj_bias holds [b_q; b_k; b_v], "
+                  "packed like in_proj_weight",
+    **{v: f"the blocks of in_proj_weight were copied in another order (as if its rows were "
+          f"[{'; '.join(('W_q', 'W_k', 'W_v')[i] for i in order)}]): its rows are [W_q; W_k; W_v], "
+          f"and in_proj_bias is packed the same way"
+       for v, order in _BLOCK_ORDERS.items()},
     "transpose": "the weights were transposed when copied: nn.Linear.weight is (out, in), the same "
                  "layout as the blocks of in_proj_weight, so copy them without .T",
     "swap_qk": "the query and key blocks of in_proj_weight were swapped: its rows are [W_q; W_k; W_v]",
     "direct_view": DIRECT_VIEW,
     "merge_no_transpose": MERGE_NO_TRANSPOSE,
     "no_out_proj": "the output projection W_o was not applied after merging the heads",
+}
+
+
+MASK_CONVENTION = ("In this lab a mask is True where attention is ALLOWED (torch's key_padding_mask and boolean "
+                   "attn_mask use the opposite convention).")
+MASK_VARIANTS = {
+    "mask_inverted": "the mask was read with torch's convention, True = blocked: in this lab a mask is True where "
+                     "attention is ALLOWED, so fill the scores where the mask is False",
+    "fill_zero": "the masked scores were set to 0 (or the scores multiplied by the mask), and exp(0) still gives those "
+                 "keys weight: fill them with -inf or torch.finfo(scores.dtype).min before the softmax",
 }
 
 
@@ -178,7 +212,7 @@ def _check_mha_case(MHA: type, load: Callable, case: dict, rng: np.random.Genera
         fail(what, f"attn has shape {attn_np.shape}", "Expected the per-head weights, (B, n_heads, T_q, T_k).")
     if not np.all(np.isfinite(out_np)):
         fail(what, "the output contains nan or inf", "Are masked scores filled before the softmax, and does "
-             "every row keep at least one allowed key?")
+             "every row keep at least one allowed key?" + ("" if mask is None else " " + MASK_CONVENTION))
     sums = attn_np.sum(-1)
     off = ~(np.abs(sums - 1) <= 1e-4)  # nan rows are off too
     if off.any():
@@ -188,9 +222,12 @@ def _check_mha_case(MHA: type, load: Callable, case: dict, rng: np.random.Genera
         blocked = ~np.broadcast_to(mask.numpy(), attn_np.shape)
         leaked = attn_np[blocked]
         if not (leaked <= 1e-6).all():
+            xq64, xkv64 = xq_np.astype(np.float64), xkv_np.astype(np.float64)
+            found = diagnose(attn_np, {msg: (lambda v=v: _np_mha(xq64, xkv64, mask.numpy(), P, H, v)[1])
+                                       for v, msg in MASK_VARIANTS.items()}, atol=1e-4, rtol=1e-3)
             fail(what, f"masked keys receive weight up to {leaked.max():.3g}",
-                 "In this lab a mask is True where attention is ALLOWED (torch's key_padding_mask and "
-                 "boolean attn_mask use the opposite convention): fill scores where the mask is False.")
+                 found or "Fill the scores where the mask is False with -inf or torch.finfo(scores.dtype).min, "
+                          "before the softmax. " + MASK_CONVENTION)
     out_ok = close(out_np, ref_out.numpy(), atol=MHA_ATOL, rtol=MHA_RTOL)
     attn_ok = close(attn_np, ref_w.numpy(), atol=MHA_ATOL, rtol=0)
     if out_ok and attn_ok:

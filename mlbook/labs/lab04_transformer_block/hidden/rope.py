@@ -85,8 +85,9 @@ ROPE_VARIANTS = {
                  "token at position p (cached decoding) would not be rotated by p",
     "one_based": "positions are off by one (p + 1): the first token, at position 0, is not rotated",
     "base_ignored": "the base argument was ignored (10000 used instead)",
-    "float32_angles": "the angles were computed in float32: at positions of a few thousand they are off by about "
-                      "1e-4 radians; compute positions * theta_i in float64",
+    "float32_angles": "the frequencies theta_i or the angles were computed in float32 (as Hugging Face's inv_freq "
+                      "is): at positions of a few thousand the angles are off by about 1e-4 radians; compute theta_i "
+                      "and positions * theta_i in float64",
 }
 
 
@@ -152,13 +153,17 @@ def check_apply_rope(apply_rope: Callable) -> None:
 # ---------------------------------------------------------------------------- cached decoding
 
 
-def _step_reference(q, k, cache, layout: str, variant: str | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Scores (B, H, 1, t + 1) and the grown cache (B, H, t + 1, d), or what a known mistake returns."""
+def _step_reference(q, k, cache, layout: str, variant: str | None = None,
+                    position: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Scores (B, H, 1, t + 1) and the grown cache (B, H, t + 1, d), or what a known mistake returns
+    (``variant``; ``position``: the new token rotated by that position instead of t)."""
     t, d = cache.shape[-2], q.shape[-1]
-    p = {"plus_one": t + 1, "minus_one": t - 1}.get(variant, t)
+    p = {"plus_one": t + 1, "minus_one": t - 1}.get(variant, t) if position is None else position
     lay = _OTHER[layout] if variant == "other_layout" else layout
     q_rot = q if variant == "query_unrotated" else rope_reference(q, [p], lay)  # (B, H, 1, d)
     k_rot = k if variant == "key_unrotated" else rope_reference(k, [p], lay)  # (B, H, 1, d)
+    if variant == "cache_rotated_again":  # the cached keys, already rotated, rotated once more at their positions
+        cache = rope_reference(cache, np.arange(t), lay)  # (B, H, t, d)
     keys = np.concatenate([cache, k_rot], axis=-2)  # (B, H, t + 1, d)
     scale = {"no_scale": 1.0, "scale_d": float(d)}.get(variant, math.sqrt(d))
     return q_rot @ np.swapaxes(keys, -1, -2) / scale, keys
@@ -175,7 +180,25 @@ STEP_VARIANTS = {
     "other_layout": "the other RoPE layout was used: pass the layout argument on to apply_rope",
     "no_scale": "the scores were not divided by sqrt(d_head)",
     "scale_d": "the scores were divided by d_head instead of sqrt(d_head)",
+    "cache_rotated_again": "the cached keys were rotated again: the cache holds keys already rotated at their own "
+                           "positions, so rotate only the new query and the new key (by t) and append the key",
 }
+_SEARCHED = 64  # positions beyond t searched for the one a wrong step used
+
+
+def _position_used(got: np.ndarray, q, k, cache, layout: str, which: int) -> int | None:
+    """The position p != t by which the new token was rotated, if one reproduces ``got`` (the scores,
+    ``which`` = 0, or the grown cache, 1): a position off by some amount or read from the wrong axis."""
+    t = cache.shape[-2]
+    for p in range(t + _SEARCHED):
+        if p != t and close(got, _step_reference(q, k, cache, layout, position=p)[which], atol=1e-10, rtol=1e-10):
+            return p
+    return None
+
+
+def _position_message(p: int, t: int, what: str) -> str:
+    return (f"the new {what} was rotated by position {p}, but with t = {t} cached keys (positions 0..t-1) the new "
+            f"token's 0-based position is t = k_cache.shape[-2], the length of the cache's time axis")
 
 
 def check_rope_step(rope_step_scores: Callable) -> None:
@@ -196,10 +219,20 @@ def check_rope_step(rope_step_scores: Callable) -> None:
         grown = array(res[1], f"{what}: the returned cache", shape=(B, H, t + 1, d),
                       hint="Return the cache with the new rotated key appended along the time axis (dim=-2).")
         ref_scores, ref_cache = _step_reference(q, k, cache, layout)
+        mistakes = {msg: (lambda v=v: _step_reference(q, k, cache, layout, v)[0]) for v, msg in STEP_VARIANTS.items()}
+        if not close(scores, ref_scores, atol=1e-10, rtol=1e-10):  # rotated by a wrong position? name it
+            p = _position_used(scores, q, k, cache, layout, 0)
+            if p is not None:
+                mistakes[_position_message(p, t, "query")] = _step_reference(q, k, cache, layout, position=p)[0]
         compare(scores, ref_scores, f"{what}: scores", "They differ from (R_t q) . [cache, R_t k] / sqrt(d_head); "
-                "does apply_rope pass its own tests?", atol=1e-10, rtol=1e-10,
-                mistakes={msg: (lambda v=v: _step_reference(q, k, cache, layout, v)[0])
-                          for v, msg in STEP_VARIANTS.items()})
+                "does apply_rope pass its own tests?", atol=1e-10, rtol=1e-10, mistakes=mistakes)
+        cache_mistakes = {}
+        if not close(grown, ref_cache, atol=1e-12, rtol=1e-12):
+            p = _position_used(grown, q, k, cache, layout, 1)
+            if p is not None:
+                cache_mistakes[_position_message(p, t, "key") + " (the scores of a step cannot show it, RoPE being "
+                               "relative, but the cache no longer matches keys rotated in one pass over the prompt)"] = \
+                    _step_reference(q, k, cache, layout, position=p)[1]
         compare(grown, ref_cache, f"{what}: the returned cache", "It is not the old cache followed by the new rotated "
                 "key; does apply_rope pass its own tests?", atol=1e-12, rtol=1e-12, mistakes={
             "the new key was appended unrotated: rotate it by t before it joins the cache":
@@ -215,4 +248,7 @@ def check_rope_step(rope_step_scores: Callable) -> None:
                 lambda: _step_reference(q, k, cache, layout, "other_layout")[1],
             "the new key was put first: append it after the cached keys (positions stay in order)":
                 lambda: np.concatenate([ref_cache[..., -1:, :], cache], axis=-2),
+            STEP_VARIANTS["cache_rotated_again"]:
+                lambda: _step_reference(q, k, cache, layout, "cache_rotated_again")[1],
+            **cache_mistakes,
         })

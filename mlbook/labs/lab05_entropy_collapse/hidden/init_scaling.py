@@ -22,6 +22,19 @@ def _kind(after: torch.Tensor, before: torch.Tensor, factor: float) -> str:
     return "other"
 
 
+def _named_error(kind: str, text: str) -> tuple[str, str] | None:
+    """``call_student``'s ``named`` hook: the two errors of scaling W_q and W_k the wrong way."""
+    if kind == "RuntimeError" and "leaf Variable that requires grad" in text:
+        return ("raised RuntimeError: an in-place change of a parameter that requires grad",
+                "Change the weights under torch.no_grad() (with torch.no_grad(): block.W_q.mul_(factor)): "
+                "autograd must not record the scaling.")
+    if kind == "AttributeError" and ("setter" in text or "can't set attribute" in text):
+        return (f"raised AttributeError: {text}",
+                "block.W_q and block.W_k are views of attn.in_proj_weight that cannot be assigned to: change them "
+                "in place (block.W_q.mul_(factor) under torch.no_grad()).")
+    return None
+
+
 def check_scale_qk_init(scale_qk_init) -> None:
     rng = fresh_rng()
     task = CopyTask(n_data=int(rng.integers(5, 12)), length=int(rng.integers(3, 7)))
@@ -34,7 +47,7 @@ def check_scale_qk_init(scale_qk_init) -> None:
     factor = float(rng.uniform(2.5, 7.5))
     before = {name: p.detach().clone() for name, p in reference.named_parameters()}
     what = f"scale_qk_init(model with {n_layers} blocks, d_model = {d_model}, {n_heads} heads, factor {factor:.2f})"
-    call_student(scale_qk_init, model, factor, what=what)
+    call_student(scale_qk_init, model, factor, what=what, named=_named_error)
 
     # The one property data cannot carry: whether each parameter still requires grad, reported by
     # the kernel. Only a flag the student's code set could be misreported; the verdict on the

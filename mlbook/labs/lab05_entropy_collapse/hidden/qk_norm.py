@@ -66,6 +66,8 @@ def check_qk_layernorm(qk_layernorm) -> None:
                 "deviation": x / np.linalg.norm(x, axis=-1, keepdims=True),
                 "eps was added to the standard deviation, not to the variance inside the square root":
                     (x - x.mean(-1, keepdims=True)) / (x.std(-1, keepdims=True) + eps),
+                "the eps argument was ignored (a fixed 1e-5 used instead): add the eps you are given to the "
+                "variance": layernorm_rows(x, 1e-5),
                 "the vectors were normalised over the positions (axis -2), not over their d_head entries "
                 "(axis -1): wrong axis": layernorm_rows(x, eps, axis=-2),
             }, atol=max(tol["atol"], 1e-6), rtol=max(tol["rtol"], 1e-5))

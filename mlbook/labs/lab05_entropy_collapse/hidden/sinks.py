@@ -70,6 +70,7 @@ def check_sink_mass(sink_mass) -> None:
                 w[:, :, 0, :].mean(axis=(0, 2)),
             "that reads the last key instead of the first (position 0)": w[:, :, from_query:, -1].mean(axis=(0, 2)),
             "the mass is summed over the queries instead of averaged": w[:, :, from_query:, 0].sum(axis=2).mean(axis=0),
+            "the mass is summed over the batch instead of averaged": w[:, :, from_query:, 0].sum(axis=0).mean(axis=-1),
             "the weights on every key were averaged, not only those on key 0: take attn[..., 0]":
                 w[:, :, from_query:, :].mean(axis=(0, 2, 3)),
         }, atol=max(atol, 1e-6), rtol=1e-5)
@@ -121,6 +122,8 @@ def check_sliding_window_mask(sliding_window_mask) -> None:
                 window_allowed(T_, window, 0),
             "the window is one token short: the window counts the query itself, so i - j < window":
                 window_allowed(T_, max(window - 1, 0), n_sinks),
+            "one sink too many: the sinks are the first n_sinks tokens, keys j < n_sinks (j <= n_sinks keeps one "
+            "more)": window_allowed(T_, window, n_sinks + 1),
         }.items() if np.array_equal(got, m)), None)
         fail(what, f"rows read {rows.astype(int).tolist()} keys, which is not the window plus the sinks",
              hint or "Query i reads keys j <= i with i - j < window, and keys j < n_sinks (j <= i).")

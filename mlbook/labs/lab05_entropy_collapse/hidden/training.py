@@ -1,11 +1,14 @@
-"""Check of train_copy_task: its history's form and step-0 log, the seed, learning, and qk_decay.
+"""Check of train_copy_task: its history's form and step-0 log, the seed, learning, the updates, warm-up
+and qk_decay.
 
 The check uses a smaller model than the notebook (T = 8, d_model = 16) so it stays cheap, and
 grades trends with thresholds measured over many seeds, never exact curves. Nothing the kernel
 computes decides a verdict: the trained weights are loaded into the grader's own TinyDecoder and
 its loss measured on copy-task data the grader draws (``mlbook_helpers.copy_task`` as imported
 here, the grader's copy), against the untrained reference on the same data; the history the
-student's loop reports is checked for its form and its step-0 log only.
+student's loop reports is checked for its form and its step-0 log only. A few updates, with and
+without warm-up, are replayed by the grader (``_replay``) and must leave the same weights: at a
+learning rate and batch size other than the defaults, so that a loop ignoring its arguments shows.
 """
 
 from __future__ import annotations
@@ -98,8 +101,12 @@ def _history(train_copy_task, model, steps: int, what: str, log_every: int, **kw
     if loss.shape != (n_logs,) or entropy.shape != (n_logs, n_layers):
         fail(what, f"loss has shape {loss.shape} and entropy {entropy.shape}, expected ({n_logs},) and "
                    f"({n_logs}, {n_layers})", shape_hint)
-    if not (np.isfinite(loss).all() and np.isfinite(entropy).all()):
-        fail(what, "the history contains nan or inf", "Is 0 * log 0 counted as 0 in attention_entropy?")
+    if not np.isfinite(loss).all():
+        fail(what, "the logged loss reaches nan or inf: the training diverged",
+             "Call optimiser.zero_grad() before every backward() (otherwise the gradients add up from update to "
+             "update), and build the optimiser with the lr you are given.")
+    if not np.isfinite(entropy).all():
+        fail(what, "the logged entropy contains nan or inf", "Is 0 * log 0 counted as 0 in attention_entropy?")
     return loss, entropy
 
 
@@ -115,19 +122,23 @@ def _norms(weights: dict[str, torch.Tensor]) -> dict[str, float]:
 
 
 def _replay(reference: TinyDecoder, steps: int, lr: float, batch_size: int, seed: int,
-            rate: Callable[[int], float]) -> dict[str, torch.Tensor]:
+            rate: Callable[[int], float], *, eval_first: bool = True, momentum: float = 0.9,
+            zero_grad: bool = True, train_batch: int | None = None) -> dict[str, torch.Tensor]:
     """The grader's own run of the specified loop (no decay) on a copy of ``reference``: the weights
-    after ``steps`` updates, update s (from 1) at learning rate ``rate(s)``. The options of
-    ``rate`` are the known warm-up mistakes."""
+    after ``steps`` updates, update s (from 1) at learning rate ``rate(s)``. The options (``rate``,
+    ``eval_first``, ``momentum``, ``zero_grad``, ``train_batch``: the training batches' size when it is
+    not ``batch_size``) are the known mistakes of a loop."""
     model = copy.deepcopy(reference)
     task = model.task
     gen = torch.Generator().manual_seed(seed)
-    task.batch(batch_size, gen)  # the evaluation batch comes first
-    optimiser = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    if eval_first:
+        task.batch(batch_size, gen)  # the evaluation batch comes first
+    optimiser = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
     for s in range(1, steps + 1):
-        x, y = task.batch(batch_size, gen)  # (B, T), (B, T)
+        x, y = task.batch(train_batch or batch_size, gen)  # (B, T), (B, T)
         loss = copy_loss(model(x)[0], y)
-        optimiser.zero_grad()
+        if zero_grad:
+            optimiser.zero_grad()
         loss.backward()
         for group in optimiser.param_groups:
             group["lr"] = rate(s)
@@ -138,6 +149,46 @@ def _replay(reference: TinyDecoder, steps: int, lr: float, batch_size: int, seed
 def _moved(after: dict[str, torch.Tensor], before: dict[str, torch.Tensor]) -> np.ndarray:
     """Every weight's change, flattened: (n_weights,)."""
     return torch.cat([(after[name] - before[name]).flatten() for name in before]).double().numpy()
+
+
+def _check_updates(train_copy_task, rng: np.random.Generator, seed: int) -> None:
+    """Without warm-up or decay, the weights after a few updates are the grader's own replay of the specified
+    loop, at a learning rate and batch size other than the defaults (so that an argument ignored shows)."""
+    steps = 3
+    lr = float(rng.choice([0.04, 0.06, 0.15, 0.2]))  # never 0.1, the default
+    batch_size = int(rng.integers(6, 13))  # never 16 or 32
+    base = _tiny_model(seed + 31)
+    model = _tiny_copy(base)
+    what = f"train_copy_task(tiny model, steps={steps}, lr={lr:g}, batch_size={batch_size})"
+    _history(train_copy_task, model, steps, what, seed=seed + 9, log_every=1, lr=lr, batch_size=batch_size)
+    before = base.state_dict()
+    got = _moved(state(model, base, what), before)  # (n_weights,)
+
+    def replay(lr=lr, batch_size=batch_size, **options):
+        return lambda: _moved(_replay(base, steps, lr, batch_size, seed + 9, lambda s: lr, **options), before)
+
+    want = replay()()
+    scale = np.abs(want).max()
+    if close(got, want, atol=1e-4 * scale, rtol=0):  # the tolerance of _check_warmup, measured there
+        return
+    hint = diagnose(got, {
+        "the weights did not change: call optimiser.step() after every backward()": np.zeros_like(want),
+        "the lr argument was ignored (0.1 used): build the optimiser with lr=lr": replay(lr=0.1),
+        "the batch_size argument was ignored (32 used): draw every batch with task.batch(batch_size, gen)":
+            replay(batch_size=32),
+        "the training batches ignore the batch_size argument (32 used): draw every batch with "
+        "task.batch(batch_size, gen)": replay(train_batch=32),
+        "the optimiser has no momentum: use torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)":
+            replay(momentum=0.0),
+        "the training batches are not the draws that follow the evaluation batch: draw the evaluation batch first, "
+        "then every training batch, all from one torch.Generator seeded with seed": replay(eval_first=False),
+        "the gradients add up across updates: call optimiser.zero_grad() before every backward()":
+            replay(zero_grad=False),
+    }, atol=1e-4 * scale, rtol=0)
+    fail(what, f"the weights after {steps} updates are not those of the specified loop",
+         hint or "Build torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9); draw the evaluation batch, then one "
+                 "training batch per update, all of batch_size sequences from one torch.Generator seeded with seed; "
+                 "per update: zero_grad(), the copy loss's backward(), step().")
 
 
 def _check_warmup(train_copy_task, rng: np.random.Generator, seed: int, common: dict) -> None:
@@ -222,10 +273,14 @@ def check_train_copy_task(train_copy_task) -> None:
              "The model does not learn, whatever loss the history reports: SGD with momentum 0.9 at lr, and "
              "zero_grad(), backward() and optimiser.step() at every update?")
 
+    # (e) the updates themselves, at another lr and batch size: the weights after a few updates against the
+    # grader's replay of the specified loop (before the warm-up is judged, which assumes them)
+    _check_updates(train_copy_task, rng, seed)
+
     # (f) warm-up: the weights after a few updates, against the grader's replay of the schedule
     _check_warmup(train_copy_task, rng, seed, common)
 
-    # (e) qk_decay shrinks W_q and W_k only. lr 0.1 and qk_decay 2.0 multiply them by 0.8 per
+    # (g) qk_decay shrinks W_q and W_k only. lr 0.1 and qk_decay 2.0 multiply them by 0.8 per
     # step, 0.11 after 10 steps; over 10 seeds the ratio to an undecayed run was at most 0.11,
     # and W_v and the embeddings stayed within 0.3 % of it.
     base = _tiny_model(seed + 7)

@@ -14,26 +14,38 @@ from .memory import check_backward_memory, memory_root
 __all__ = ["check_backward_from_lse"]
 
 
-def _backward_variants(q, k, v, out, dout, lse, causal) -> dict:
-    """What known backward mistakes return, as (dq, dk, dv) in float64."""
+def _backward_variants(q, k, v, out, dout, lse, causal, c) -> dict:
+    """What known backward mistakes return, as (dq, dk, dv) in float64 (``c``: the chunk size)."""
     d = q.shape[1]
     s = scores(q, k, causal)  # (T_q, T_k)
 
     def mistake(A, D=None, scale=1 / math.sqrt(d), transpose_dk=True):
-        dA = dout @ v.T
-        D = (dout * out).sum(axis=1) if D is None else D
-        dS = A * (dA - D[:, None])
+        dA = dout @ v.T  # (T_q, T_k)
+        D = (dout * out).sum(axis=1)[:, None] if D is None else D  # (T_q, 1), or (T_q, T_k): one value per block
+        dS = A * (dA - D)
         dk = (dS.T @ q if transpose_dk else dS @ q) * scale
         return dS @ k * scale, dk, A.T @ dout
+
+    def per_block_D(A):
+        """(T_q, T_k): each key block's own rowsum(dA * A), as a loop that computes D inside the block does."""
+        dA = dout @ v.T  # (T_q, T_k)
+        D = np.empty_like(A)
+        for start in range(0, A.shape[1], c):
+            D[:, start:start + c] = (dA[:, start:start + c] * A[:, start:start + c]).sum(axis=1, keepdims=True)
+        return D
 
     A = np.exp(s - lse[:, None])
     with np.errstate(all="ignore"):
         return {
+            "D was computed inside the loop from each key block's own dA * A: D is the rowsum over the whole row, "
+            "D = rowsum(dout * out), computed once before the loop": lambda: mistake(A, D=per_block_D(A)),
+            "the causal mask is missing where the weights are rebuilt: mask keys j > i before exp(S - lse), so that "
+            "their weights are exactly 0": lambda: mistake(np.exp(scores(q, k, False) - lse[:, None])),
             "the 1/sqrt(d_k) scale is missing from dq and dk (S = Q K^T / sqrt(d_k))":
                 lambda: mistake(A, scale=1.0),
             "the weights were rebuilt as exp(S) / lse: subtract lse in the exponent, A = exp(S - lse)":
                 lambda: mistake(np.exp(s) / lse[:, None]),
-            "D is rowsum(dout) instead of rowsum(dout * out)": lambda: mistake(A, D=dout.sum(axis=1)),
+            "D is rowsum(dout) instead of rowsum(dout * out)": lambda: mistake(A, D=dout.sum(axis=1)[:, None]),
             "dK is missing the transpose: dK = dS^T Q / sqrt(d_k)": lambda: mistake(A, transpose_dk=False),
         }
 
@@ -58,7 +70,7 @@ def _backward_case(fn, T_q, T_k, d, d_v, c, causal, dtype, rng) -> None:
     ref = attention_grads(q, k, v, dout, causal_allowed(T_q, T_k) if causal else None)
     want = [ref["dq"], ref["dk"], ref["dv"]]
     tol = dict(atol=1e-3, rtol=1e-3) if dtype == torch.float32 else dict(atol=1e-8, rtol=1e-8)
-    variants = _backward_variants(q, k, v, out, dout, lse, causal)
+    variants = _backward_variants(q, k, v, out, dout, lse, causal, c)
     for i, name in enumerate(("dq", "dk", "dv")):
         # With several key blocks, dq and dk that no known mistake explains often come from weights
         # normalised per block instead of with the full row's lse.

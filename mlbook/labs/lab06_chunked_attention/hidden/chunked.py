@@ -15,23 +15,34 @@ from .online_softmax import update
 __all__ = ["check_chunked_attention"]
 
 
-def _stream(q, k, v, c, causal, *, m0=-np.inf, drop_last=False, skip_diagonal=False, no_mask=False,
-            update_mistake: dict[str, Any] | None = None):
+def _stream(q, k, v, c, causal, *, m0=-np.inf, drop_last=False, skip_diagonal=False, no_mask=False, strict=False,
+            local_mask=False, scale="d_k", keys_to_T_q=None, update_mistake: dict[str, Any] | None = None):
     """The grader's tiled attention in float64, with switches that reproduce known mistakes."""
     update_mistake = update_mistake or {}
     T_q, d = q.shape
     T_k = k.shape[0]
     n_keys = (T_k // c) * c if drop_last else T_k
+    key_loop = n_keys  # where the loop over key blocks stops
+    if keys_to_T_q == "keys":  # exactly the first T_q keys
+        key_loop = n_keys = min(T_q, T_k)
+    elif keys_to_T_q == "blocks":  # the key blocks that start before T_q, each ending at min(start + c, T_k)
+        key_loop = min(T_q, T_k)
+    divisor = {"d_k": math.sqrt(d), "d_v": math.sqrt(v.shape[1]), "none": 1.0}[scale]  # what the scores are divided by
     out, lse = np.zeros((T_q, v.shape[1])), np.zeros(T_q)
     for qs in range(0, T_q, c):
         qe = min(qs + c, T_q)
         m, l, acc = np.full(qe - qs, m0), np.zeros(qe - qs), np.zeros((qe - qs, v.shape[1]))
-        stop = (qs if skip_diagonal else min(qe, n_keys)) if causal else n_keys
+        stop = (qs if skip_diagonal else min(qe, n_keys)) if causal else key_loop
         for ks in range(0, stop, c):
             ke = min(ks + c, n_keys)
-            s = q[qs:qe] @ k[ks:ke].T / math.sqrt(d)
-            if causal and not no_mask:
-                s = np.where(np.arange(ks, ke)[None, :] > np.arange(qs, qe)[:, None], -np.inf, s)
+            s = q[qs:qe] @ k[ks:ke].T / divisor
+            if causal and local_mask:  # positions counted from the tile's and the block's starts
+                s = np.where(np.arange(ke - ks)[None, :] > np.arange(qe - qs)[:, None], -np.inf, s)
+            elif causal and not no_mask:
+                future = np.arange(ks, ke)[None, :] > np.arange(qs, qe)[:, None]  # (n_q, n_k)
+                if strict:
+                    future = np.arange(ks, ke)[None, :] >= np.arange(qs, qe)[:, None]
+                s = np.where(future, -np.inf, s)
             m, l, acc = update(m, l, acc, s, v[ks:ke], **update_mistake)
         with np.errstate(all="ignore"):
             out[qs:qe] = acc / l[:, None]
@@ -46,6 +57,18 @@ _CHUNK_MISTAKES = {
     "the causal skip is off by one block: the diagonal block (whose first key is at or before the tile's "
     "last query) must be processed, with the mask": dict(skip_diagonal=True),
     "causal blocks are skipped but the diagonal block is not masked: keys j > i inside it leak": dict(no_mask=True),
+    "the causal mask also hides each query's own key (j >= i): query i may read keys j <= i, itself included":
+        dict(strict=True),
+    "the causal mask compares positions counted from the start of each tile and block (0 .. chunk_size - 1), not "
+    "the absolute positions q_start + i and k_start + j: every block before the diagonal loses keys it may read":
+        dict(local_mask=True),
+    "the scores were not scaled by 1/sqrt(d_k)": dict(scale="none"),
+    "the scores were scaled by 1/sqrt(d_v), the value width: the scale uses d_k, the query/key width (here "
+    "d_v differs)": dict(scale="d_v"),
+    "only the first T_q keys were read: loop over the T_k keys (k.shape[0]), which may differ from the T_q queries":
+        dict(keys_to_T_q="keys"),
+    "only the key blocks that start before T_q were read: loop over the T_k keys (k.shape[0]), which may differ "
+    "from the T_q queries": dict(keys_to_T_q="blocks"),
     "the running sums are not rescaled by exp(m_old - m_new) when the max grows":
         dict(update_mistake=dict(rescale_l=False, rescale_acc=False)),
     "the denominator is rescaled but the accumulator is not (acc needs exp(m_old - m_new) too)":
@@ -102,10 +125,13 @@ def _chunked_case(fn, q, k, v, c, causal, dtype, label, loose=False) -> None:
 
 def check_chunked_attention(fn) -> None:
     rng = fresh_rng()
-    # a) non-causal, T_q != T_k, T_k not a multiple of chunk_size, float64
+    # a) non-causal, T_k not a multiple of chunk_size and longer than T_q by more than a block (so that keys
+    #    read up to T_q instead of T_k miss some), float64, d_v != d_k
     c = int(rng.integers(5, 12))
-    T_q, T_k = int(rng.integers(20, 60)), c * int(rng.integers(3, 7)) + int(rng.integers(1, c))
-    d, d_v = int(rng.integers(4, 17)), int(rng.integers(2, 9))
+    T_k = c * int(rng.integers(4, 8)) + int(rng.integers(1, c))
+    T_q = int(rng.integers(c + 1, T_k - c))
+    d = int(rng.integers(4, 17))
+    d_v = int(rng.choice([x for x in range(2, 13) if x != d]))
     _chunked_case(fn, *_inputs(rng, T_q, T_k, d, d_v, torch.float64), c, False, torch.float64,
                   f" (T_k not a multiple of {c})")
     # b) causal, T not a multiple of chunk_size, float32 and float64
