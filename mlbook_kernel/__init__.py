@@ -42,7 +42,7 @@ from typing import Any
 
 from mlbook_kernel import wire
 
-__all__ = ["probe_cell", "resolve", "SOCKET_ENV"]
+__all__ = ["probe_cell", "resolve", "KernelSession", "SOCKET_ENV"]
 
 SOCKET_ENV = "MLBOOK_PROBE_SOCKET"
 # What the grader may import here to run on the student's side (helpers students have too).
@@ -59,7 +59,9 @@ def probe_cell(lab: str, grade_id: str) -> None:
     path = os.environ.get(SOCKET_ENV)
     if not path:
         raise RuntimeError("this cell is judged only when the notebook is graded")
-    passed, message = _Session(path).serve({"op": "hello", "lab": lab, "cell": grade_id})
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(path)
+    passed, message = KernelSession(sock).serve({"op": "hello", "lab": lab, "cell": grade_id})
     if not passed:
         from mlbook_helpers.checks import Misconception
 
@@ -75,12 +77,18 @@ def resolve(qualname: str) -> Any:
     return obj
 
 
-class _Session:
-    """One check's conversation with the grader, answered until it says ``done``."""
+class KernelSession:
+    """The kernel's end of one check's conversation with the grader, answered until it says ``done``.
 
-    def __init__(self, path: str):
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.connect(path)
+    Args:
+        sock: connected to the grader (``mlbook.judge.remote.RemoteSession`` at the other end).
+        namespace: where the grader's ``global`` lookups read; default the kernel's user namespace.
+            (The seeded-draw tests answer from their own namespace, over a socket pair.)
+    """
+
+    def __init__(self, sock: socket.socket, namespace: dict | None = None):
+        self.sock = sock
+        self.namespace = namespace
         self.objects: dict[int, Any] = {}
 
     def handle(self, obj: Any) -> int:
@@ -143,8 +151,7 @@ class _Session:
                 raise PermissionError(f"{qualname} is not importable from a check")
             return resolve(qualname)
         if op == "global":
-            shell = sys.modules.get("IPython") and sys.modules["IPython"].get_ipython()
-            namespace = shell.user_ns if shell is not None else vars(sys.modules["__main__"])
+            namespace = self.namespace if self.namespace is not None else _user_namespace()
             name = str(header.get("name"))
             if name not in namespace:
                 raise NameError(name)
@@ -166,6 +173,12 @@ class _Session:
         raise wire.WireError(f"unknown operation {op!r}")
 
 
+def _user_namespace() -> dict:
+    """The kernel's user namespace (IPython's), or ``__main__``'s outside IPython."""
+    shell = sys.modules.get("IPython") and sys.modules["IPython"].get_ipython()
+    return shell.user_ns if shell is not None else vars(sys.modules["__main__"])
+
+
 # A borrowed object's error is raised here as the same built-in kind (a wrong shape, say).
 _RAISED_AS = {"ValueError": ValueError, "TypeError": TypeError, "IndexError": IndexError, "KeyError": KeyError,
               "AttributeError": AttributeError}
@@ -178,7 +191,7 @@ def _refuse_objects(obj: Any) -> int:
 class Borrowed(wire.Lent):
     """A grader object lent to the student's code for one check: calls go to the grader."""
 
-    def __init__(self, session: _Session, gid: int):
+    def __init__(self, session: KernelSession, gid: int):
         object.__setattr__(self, "_session", session)
         object.__setattr__(self, "lend_id", gid)
 

@@ -1,14 +1,19 @@
-"""Run a lab's test cells in-process on many seeded draws (no kernel, no nbgrader).
+"""Run a lab's test cells in-process on many seeded draws (no sandbox, no nbgrader).
 
 Hidden checks draw fresh inputs on every grading run (``MLBOOK_SEED`` unset). A tolerance
 that is right on most draws and wrong on a few shows up in real grading as a rare, unfair
 failure. This module runs every test cell of a solution (the reference, or an alternative
 from the lab's catalogue) once per seed, so such a tolerance fails a test deterministically.
 
-It executes the notebook's code cells in one plain dict namespace, in order, in this
-process; the verdict of a test cell is whether its source (visible and hidden part) raised.
-The seeds are fixed (0, 1, 2, ...), so a failure here names the ``MLBOOK_SEED`` that
-reproduces it in real grading.
+It executes the notebook's code cells in one plain dict namespace, in order, in this process
+(the kernel's part), and decides each test cell as grading does: the kernel runs the cell's
+visible part, and the judge (``mlbook.judge.server.judge_cell``) runs the cell's trusted
+source from the course's source notebook, reaching the namespace only through the wire
+(``mlbook_kernel.wire``), over a socket pair, with the kernel's side answering from a thread.
+So a result the wire changes, an argument the student's code modifies in place, an object the
+check can only call: each behaves here as it does in grading. The cell passes when the kernel's
+run raised nothing and the judge passed it. The seeds are fixed (0, 1, 2, ...), so a failure
+here names the ``MLBOOK_SEED`` that reproduces it in real grading.
 """
 
 from __future__ import annotations
@@ -17,12 +22,19 @@ import contextlib
 import functools
 import io
 import os
+import socket
+import threading
 import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from mlbook_kernel import KernelSession, wire
+
 from mlbook.authoring.catalogue import load_catalogue
 from mlbook.authoring.notebooks import grade_id, is_answer, is_test, read_authored, reference_answers
+from mlbook.judge.plan import LabPlan, lab_plan
+from mlbook.judge.remote import RemoteSession
+from mlbook.judge.server import judge_cell
 
 from draw_costs import COSTS
 from harness import REPO
@@ -67,18 +79,60 @@ def _seed(seed: int) -> Iterator[None]:
             os.environ["MLBOOK_SEED"] = old
 
 
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """What a cell prints and warns goes nowhere (nbgrader's IgnorePattern drops warnings in grading)."""
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), \
+            warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
 def _run(source: str, namespace: dict) -> str | None:
     """Execute one cell; its error as the grader words it (``Type: message``), None when it did not raise."""
     try:
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), \
-                warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with _quiet():
             exec(compile(source, "<cell>", "exec"), namespace)  # noqa: S102 - the course's own cells
     except BaseException as exc:  # noqa: BLE001 - a test cell's failure is data here
         if isinstance(exc, KeyboardInterrupt):
             raise
         return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     return None
+
+
+def _judged(plan: LabPlan, gid: str, namespace: dict) -> str | None:
+    """The judge's verdict on test cell ``gid`` (its message, None when it passed), reached as in
+    grading: the check runs here and calls into ``namespace`` over the wire, whose kernel side a
+    thread answers. The measured process (lab 6's memory) is this one, as for a check run in-process."""
+    grader_end, kernel_end = socket.socketpair()
+    kernel = KernelSession(kernel_end, namespace)
+    thread = threading.Thread(target=kernel.serve, args=({"op": "hello", "lab": plan.lab, "cell": gid},),
+                              name=f"kernel-{gid}", daemon=True)
+    thread.start()
+    try:
+        wire.recv(grader_end)  # the hello
+        with _quiet():
+            verdict = judge_cell(plan, gid, RemoteSession(grader_end, memory_root=os.getpid()))
+        wire.send(grader_end, {"op": "done", "passed": verdict.passed, "message": verdict.message})
+    finally:
+        grader_end.close()  # a kernel side still waiting sees the judge gone
+        thread.join()
+    return None if verdict.passed else f"Misconception: {verdict.message}"  # as probe_cell raises it in the kernel
+
+
+# Test cells whose check the judge cannot run here over the wire, run directly instead (their
+# source in the namespace, as before grading had a judge): memory_sweep's check compares the
+# kernel's own memory meter (tracemalloc, process-wide) on probes it lends the kernel, which run
+# on the judge's side; in one process the meter would count the judge's side of every call too.
+DIRECT = {"lab06_chunked_attention": {"test_memory_sweep_hidden"}}
+
+
+def _test_cell(plan: LabPlan, gid: str, namespace: dict) -> str | None:
+    """A test cell decided as grading decides it: the kernel runs its visible part, then the judge
+    its trusted source; the first failure's message, None when both passed."""
+    if gid in DIRECT.get(plan.lab, ()):
+        return _run(plan.cells[gid].source, namespace)
+    return _run(plan.cells[gid].visible, namespace) or _judged(plan, gid, namespace)
 
 
 def draw_count(lab: str, cell: str, most: int, seconds_per_cell: float, least: int = 10) -> int:
@@ -112,8 +166,9 @@ def failing_draws(lab: str, answers: dict[str, str], draws: int, cells: Iterable
     import matplotlib.pyplot as plt
 
     nb = _authored(lab)
+    plan = lab_plan(lab, REPO.source(lab))
     namespace: dict = {"__name__": "__main__"}
-    tests: list[tuple[str, str]] = []
+    tests: list[str] = []
     failures: list[DrawFailure] = []
     wanted = None if cells is None else set(cells)
     last = max((i for i, c in enumerate(nb.cells) if wanted is None or grade_id(c) in wanted), default=-1)
@@ -126,23 +181,25 @@ def failing_draws(lab: str, answers: dict[str, str], draws: int, cells: Iterable
         for i, cell in enumerate(nb.cells[:last + 1]):  # the cells after the last one wanted cannot change its verdict
             if cell.cell_type != "code":
                 continue
-            source = answers.get(grade_id(cell), cell.source) if is_answer(cell) else cell.source
-            error = _run(source, namespace)
+            if is_test(cell):
+                error = _test_cell(plan, grade_id(cell), namespace)
+            else:
+                error = _run(answers.get(grade_id(cell), cell.source) if is_answer(cell) else cell.source, namespace)
             plt.close("all")
             if is_test(cell):
-                tests.append((grade_id(cell), source))
+                tests.append(grade_id(cell))
                 if i >= first_changed:
                     drawn.add(grade_id(cell))
                 if error:
                     failures.append(DrawFailure(grade_id(cell), 0, error))
     ran: dict[str, int] = {}
-    for gid, source in tests:
+    for gid in tests:
         if (wanted is not None and gid not in wanted) or gid not in drawn:
             continue
         count = draw_count(lab, gid, draws, seconds_per_cell)  # seeds 0 (the first pass) to count - 1
         for seed in range(1, count):
             with _seed(seed):
-                error = _run(source, namespace)
+                error = _test_cell(plan, gid, namespace)
             plt.close("all")
             if error:
                 failures.append(DrawFailure(gid, seed, error))

@@ -174,33 +174,39 @@ class Judge:
                 return
             conn.settimeout(self.call_timeout)
             began = time.perf_counter()
-            verdict = self._judge_cell(gid, RemoteSession(conn, self.memory_root()))
+            verdict = judge_cell(self.plan, gid, RemoteSession(conn, self.memory_root()))
             self.verdicts[gid] = verdict
             self.seconds += time.perf_counter() - began
             wire.send(conn, {"op": "done", "passed": verdict.passed, "message": verdict.message})
         except (EOFError, OSError, wire.WireError, ValueError):
             pass  # the kernel went away or spoke nonsense: the cell keeps its failing verdict
 
-    def _judge_cell(self, gid: str, remote: RemoteSession) -> Verdict:
-        cell = self.plan.cells[gid]
-        if not cell.replayed:
-            return Verdict(True)  # decided by its covering cells (plan.NOT_REPLAYED)
-        with remote:
-            try:
-                exec(cell.code, self.plan.fresh_namespace(remote.lookup))
-            except AssertionError as exc:  # Misconception: the student-facing message
-                return Verdict(False, str(exc) or f"{gid} failed")
-            except wire.UnsendableError as exc:
-                return Verdict(False, f"{GRADER_ERROR} {gid}: {exc}", internal=True)
-            except (EOFError, OSError, wire.WireError, socket.timeout):
-                raise
-            except NameError as exc:
-                return Verdict(False, f"{exc}: did an earlier cell fail or get skipped?")
-            except RemoteError as exc:
-                return Verdict(False, f"your code raised {exc.type_name}: {exc.message}")
-            except Exception as exc:  # the check itself failed: the grader's error, never the student's
-                return Verdict(False, f"{GRADER_ERROR} {gid}: {type(exc).__name__}: {exc}"[:500], internal=True)
-        return Verdict(True)
+
+def judge_cell(plan: LabPlan, gid: str, remote: RemoteSession) -> Verdict:
+    """The verdict on test cell ``gid``: its trusted source run here, the kernel reached through ``remote``.
+
+    Raises:
+        EOFError, OSError, WireError, socket.timeout: the kernel went away or spoke nonsense (no verdict).
+    """
+    cell = plan.cells[gid]
+    if not cell.replayed:
+        return Verdict(True)  # decided by its covering cells (plan.NOT_REPLAYED)
+    with remote:
+        try:
+            exec(cell.code, plan.fresh_namespace(remote.lookup))
+        except AssertionError as exc:  # Misconception: the student-facing message
+            return Verdict(False, str(exc) or f"{gid} failed")
+        except wire.UnsendableError as exc:
+            return Verdict(False, f"{GRADER_ERROR} {gid}: {exc}", internal=True)
+        except (EOFError, OSError, wire.WireError, socket.timeout):
+            raise
+        except NameError as exc:
+            return Verdict(False, f"{exc}: did an earlier cell fail or get skipped?")
+        except RemoteError as exc:
+            return Verdict(False, f"your code raised {exc.type_name}: {exc.message}")
+        except Exception as exc:  # the check itself failed: the grader's error, never the student's
+            return Verdict(False, f"{GRADER_ERROR} {gid}: {type(exc).__name__}: {exc}"[:500], internal=True)
+    return Verdict(True)
 
 
 def _send_quietly(conn: socket.socket, header: dict) -> None:

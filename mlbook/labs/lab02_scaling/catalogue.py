@@ -195,7 +195,7 @@ def dot_product_std(d_k, n_pairs, rng):
     gen = torch.Generator().manual_seed(int(rng.integers(2**62)))
     q = torch.randn(n_pairs, d_k, generator=gen, dtype=torch.float64)
     k = torch.randn(n_pairs, d_k, generator=gen, dtype=torch.float64)
-    return (q * k).sum(dim=-1).std().item()
+    return (q * k).sum(dim=-1).std()  # a 0-d tensor: one number, as the wire must keep it
 ''',
         "attention_scores": '''import torch
 
