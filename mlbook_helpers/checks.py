@@ -34,6 +34,7 @@ __all__ = [
     "expect_rows_sum_to_one",
     "expect_in_convex_hull",
     "expect_zero_where_masked",
+    "called_with",
 ]
 
 
@@ -275,3 +276,12 @@ def expect_zero_where_masked(weights: Any, allowed: Any, what: str, hint: str | 
     leaked = forbidden & ~(np.abs(w) <= atol)  # nan where a weight must be 0 is not 0 either
     if leaked.any():
         _fail(what, f"{int(leaked.sum())} forbidden entries have non-zero weight (largest {np.abs(w[leaked]).max():.3g})", hint)
+
+
+def called_with(fn: Any, *args: Any, **kwargs: Any) -> tuple[Any, tuple]:
+    """``(fn(*args, **kwargs), args)``: the result, and the arguments as the call left them.
+
+    A check that must know whether a function changed its input in place calls it through this,
+    where the function runs (in grading, the kernel: the inputs it changed are the ones returned).
+    """
+    return fn(*args, **kwargs), args

@@ -37,7 +37,7 @@ from mlbook.judge.remote import RemoteSession
 from mlbook.judge.server import judge_cell
 
 from draw_costs import COSTS
-from harness import REPO
+from harness import REPO, packed
 
 
 @dataclass(frozen=True)
@@ -58,12 +58,29 @@ def _authored(lab: str):
 
 @functools.cache
 def solutions(lab: str) -> dict[str, dict[str, str]]:
-    """Solution name -> answer cell grade_id -> code, for the reference and every alternative."""
+    """Solution name -> answer cell grade_id -> code: the reference, and every alternative.
+
+    Alternatives are packed several to a solution as the sandboxed harness packs them
+    (``harness.packed``: those rewriting different answer cells share one, named ``pack-<n>``),
+    so that one run of the notebook and one set of draws serve them all; correct answers side by
+    side are still correct, and a failure names the pack's members. ``MLBOOK_CATALOGUE=full``
+    draws each alternative on its own.
+    """
     reference = reference_answers(_authored(lab))
     out = {"reference": reference}
-    for alt in load_catalogue(lab).alternatives:
-        out[f"alt-{alt.name}"] = {**reference, **alt.cells}
+    alternatives = load_catalogue(lab).alternatives
+    for alt in (alternatives if os.environ.get("MLBOOK_CATALOGUE") == "full" else packed(alternatives)):
+        name = alt.name if alt.name.startswith("pack-") else f"alt-{alt.name}"
+        out[name] = {**reference, **alt.cells}
     return out
+
+
+def members(lab: str, solution: str) -> str:
+    """The catalogue alternatives a solution of ``solutions(lab)`` holds, for a message."""
+    for alt in packed(load_catalogue(lab).alternatives):
+        if alt.name == solution:
+            return alt.description
+    return solution
 
 
 @contextlib.contextmanager
@@ -120,11 +137,15 @@ def _judged(plan: LabPlan, gid: str, namespace: dict) -> str | None:
     return None if verdict.passed else f"Misconception: {verdict.message}"  # as probe_cell raises it in the kernel
 
 
-# Test cells whose check the judge cannot run here over the wire, run directly instead (their
-# source in the namespace, as before grading had a judge): memory_sweep's check compares the
-# kernel's own memory meter (tracemalloc, process-wide) on probes it lends the kernel, which run
-# on the judge's side; in one process the meter would count the judge's side of every call too.
-DIRECT = {"lab06_chunked_attention": {"test_memory_sweep_hidden"}}
+# Test cells whose check cannot be decided here over the wire, run directly instead (their source
+# in the namespace, the student's function in this thread). Both measure memory, and in one process
+# a meter counts both sides of the wire: memory_sweep's check compares the kernel's own meter
+# (tracemalloc, process-wide) on probes it lends the kernel, which run on the judge's side; the
+# peak resident memory of chunked_attention and attention_backward_from_lse would count the wire's
+# copies of every argument and result on both sides, and the kernel thread's own malloc arena (in
+# grading the kernel is another process, and only its side counts).
+DIRECT = {"lab06_chunked_attention": {"test_memory_sweep_hidden", "test_chunked_attention_memory",
+                                      "test_attention_backward_from_lse_hidden"}}
 
 
 def _test_cell(plan: LabPlan, gid: str, namespace: dict) -> str | None:

@@ -76,16 +76,16 @@ def pipeline_entries(catalogue: Catalogue) -> Catalogue:
 
     Mutants: a greedy cover, taken one at a time, each the one that must fail the most test
     cells no mutant taken so far fails (the first in catalogue order on a tie), until every test
-    cell some mutant must fail is reached. Alternatives: all of them, packed (``_pack``).
+    cell some mutant must fail is reached. Alternatives: all of them, packed (``packed``).
     Deterministic, so a test id means the same submission on every machine.
     """
     if os.environ.get("MLBOOK_CATALOGUE") == "full" or catalogue.lab in FULL_CATALOGUE_LABS:
         return catalogue
     mutants = _cover(catalogue.mutants, lambda mutant: mutant.must_fail)
-    return Catalogue(catalogue.lab, mutants, _pack(catalogue.alternatives))
+    return Catalogue(catalogue.lab, mutants, packed(catalogue.alternatives))
 
 
-def _pack(alternatives: tuple[Alternative, ...]) -> tuple[Alternative, ...]:
+def packed(alternatives: tuple[Alternative, ...]) -> tuple[Alternative, ...]:
     """Every alternative, in as few submissions as first fit gives: each joins the first pack whose
     alternatives rewrite none of its answer cells. A pack of one is the alternative itself; a larger
     one is named ``pack-<n>`` and lists its members in its description."""

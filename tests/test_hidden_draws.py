@@ -4,8 +4,10 @@ Grading draws new inputs on every run, so a tolerance that is wrong on one draw 
 hundred fails a correct student now and then (it happened to lab 1's float32 alternative:
 one draw in 300). Here every correct solution must pass every test cell, and every mutant
 must fail the cells it names with a message that names its misconception, on many seeded
-draws, run in-process (no kernel), so such a tolerance fails CI deterministically instead of
-grading unfairly at random. This covers every entry of every catalogue; the sandboxed pipeline
+draws, run in-process (no sandbox; each cell decided by the judge over the wire, as in grading:
+``draws``), so such a tolerance fails CI deterministically instead of grading unfairly at random.
+This covers every entry of every catalogue (alternatives packed several to a solution, as the
+sandboxed harness packs them; ``MLBOOK_CATALOGUE=full`` draws each alone); the sandboxed pipeline
 (``test_lab_grading``) grades the reference and a sample that reaches every check. How many seeds
 each cell runs on is fixed (``draws.draw_count``, from the costs frozen in ``draw_costs``), so
 the same seeds run on every machine. To refresh the costs after a check changes its price: time
@@ -18,7 +20,7 @@ import os
 
 import pytest
 
-from draws import failing_draws, solutions
+from draws import failing_draws, members, solutions
 from harness import LABS
 from mlbook.authoring.catalogue import load_catalogue
 
@@ -43,7 +45,8 @@ def test_correct_solutions_pass_every_check_on_every_draw(lab, solution):
     failures, ran = failing_draws(lab, solutions(lab)[solution], CORRECT_DRAWS)
     assert ran, f"{lab} has no test cells to draw for"
     assert not failures, (
-        f"{solution} of {lab} failed {len(failures)} draws; first: " + "; ".join(map(str, failures[:3]))
+        f"{solution} ({members(lab, solution)}) of {lab} failed {len(failures)} draws; first: "
+        + "; ".join(map(str, failures[:3]))
         + ". Loosen that check's tolerance for this kind of correct answer, or fix the check.")
 
 

@@ -31,7 +31,8 @@ from mlbook.labs.kit.messages import fail
 from mlbook.labs.kit.results import array, boolean, items, number
 
 __all__ = ["Handle", "RemoteError", "RemoteObject", "WireError", "helper", "lend", "session", "call_student",
-           "student_error", "reraise", "quiet", "ask_array", "ask_number", "ask_boolean", "ask_items", "NOT_THE_STUDENTS"]
+           "call_seeing_args", "student_error", "reraise", "quiet", "ask_array", "ask_number", "ask_boolean", "ask_items",
+           "NOT_THE_STUDENTS"]
 
 # Exceptions that are not the student's: a verdict already reached, or the kernel went away.
 NOT_THE_STUDENTS = (Misconception, WireError, EOFError, OSError, TimeoutError)
@@ -93,8 +94,36 @@ def call_student(fn: Callable, *args: Any, what: str, named: Callable[[str, str]
         if named is not None and (known := named(kind, text)) is not None:
             fail(what, *known)
         shapes = ", ".join(_describe(a) for a in args)
-        fail(what, f"raised {kind}: {text} (called with arguments of shape {shapes})",
-             "Check that your code works for other shapes than the lesson's (T_q != T_k, other d_k).")
+        fail(what, f"raised {kind}: {text} (called with arguments of shape {shapes})", _error_hint(kind, text))
+
+
+def call_seeing_args(fn: Callable, *args: Any, what: str,
+                     named: Callable[[str, str], tuple[str, str] | None] | None = None) -> tuple[Any, tuple]:
+    """``call_student``, returning also the arguments as the call left them: (result, args after).
+
+    In grading the student's function gets copies of what the check sends, so a change it makes
+    to an input in place happens in the kernel; ``mlbook_helpers.checks.called_with`` runs the call
+    there and sends the arguments back with the result. Compare them with what was sent.
+    """
+    called = helper("mlbook_helpers.checks:called_with")
+    result, after = items(call_student(lambda *a: called(fn, *a), *args, what=what, named=named), 2, what,
+                          "the pair (result, arguments)")
+    return result, tuple(after)
+
+
+_SHAPE_WORDS = ("shape", "size", "dimension", "broadcast", "must match", "axis", "index", "out of range", "expand")
+
+
+def _error_hint(kind: str, text: str) -> str:
+    """The advice for a student's exception no lab names: by what the error is about."""
+    if kind in ("IndexError", "ValueError", "RuntimeError") and any(w in text.lower() for w in _SHAPE_WORDS):
+        return "Check that your code works for other shapes than the lesson's (T_q != T_k, other d_k, a batch axis)."
+    if kind == "TypeError":
+        return ("Check what your code is given and what it returns: a tensor where NumPy is used (or the other way "
+                "round), or a missing argument, are common causes.")
+    if kind == "NameError":
+        return "Define every name your function uses inside it, or in a cell above it that you have run."
+    return "Call your function on inputs like these in the notebook to see where it fails."
 
 
 def ask_array(fn: Callable, *args: Any, what: str, shape: Sequence[int] | None = None, kind: str = "f",

@@ -55,11 +55,14 @@ MUTANTS = mutants_of("apply_mask", "test_apply_mask", [
     ("fill-neg-1e9", "masked scores filled with -1e9, which is not representable in float16",
      patch(_FINFO_MIN, "-1e9"), r"overflow|-1e9|finfo"),
 ], also=("test_scaled_dot_product_attention_hidden",), demo={"fill-neg-inf", "fill-neg-1e9"})
-# Only the hidden check's negative float16 scores reveal the overflow.
+# Only the hidden check's negative float16 scores reveal the overflow; only the hidden check sees the
+# caller's scores after the call (in grading, through the kernel: kit.call_seeing_args).
 MUTANTS += mutants_of("apply_mask", ("test_apply_mask_hidden",), [
     ("additive-overflow",
      "an additive finfo.min mask in the scores' dtype, which overflows float16 for negative scores",
      patch("return scores.masked_fill(", "return scores + torch.zeros_like(scores).masked_fill("), r"overflow"),
+    ("fill-in-place", "the caller's scores filled in place (masked_fill_), so the unmasked scores are lost to it",
+     patch("return scores.masked_fill(", "return scores.masked_fill_("), r"in place"),
 ])
 MUTANTS += mutants_of("scaled_dot_product_attention", "test_scaled_dot_product_attention", [
     ("mask-after-softmax", "mask applied to the weights after the softmax: rows no longer sum to 1", (
@@ -87,6 +90,10 @@ MUTANTS += mutants_of("padding_mask", "test_padding_mask", [
     ("padding-inverted", "padding mask of the wrong polarity: True at the PAD tokens",
      patch("(~is_pad)", "is_pad"), r"polarity|invert"),
 ], demo={"padding-on-queries", "padding-inverted"})
+MUTANTS += mutants_of("padding_mask", ("test_padding_mask_hidden",), [
+    ("padding-inverted-in-place", "the caller's is_pad inverted in place (logical_not_) to make the mask",
+     patch("(~is_pad)[:, None, None, :]", "is_pad.logical_not_()[:, None, None, :]"), r"in place"),
+])
 MUTANTS += mutants_of("combine_masks", "test_combine_masks", [
     ("combine-with-or", "masks combined with OR instead of AND", patch("combined & m", "combined | m"), r"with OR|not OR"),
 ])

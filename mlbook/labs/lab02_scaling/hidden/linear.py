@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ...kit import array, call_student, compare, float_tolerance, fresh_rng, items, quiet
+from ...kit import array, call_student, compare, dtype_name, float_tolerance, fresh_rng, items, quiet
 
 
 def _phi(x: np.ndarray) -> np.ndarray:
@@ -27,7 +27,7 @@ _EARLY = "the output was read before the state was updated with this token: the 
 
 def _tolerance(*results: Any) -> float:
     """1e-9 for float64 results; a float32 one (torch's default dtype) is correct too, to float32's precision."""
-    low = any(str(getattr(r, "dtype", "float64")).replace("torch.", "") != "float64" for r in results)
+    low = any(dtype_name(getattr(r, "dtype", "float64")) != "float64" for r in results)
     return float_tolerance("float32")["atol"] if low else 1e-9
 
 

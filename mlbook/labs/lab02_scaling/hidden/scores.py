@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ...kit import array, ask_array, call_student, compare, first_bad, fresh_rng, quiet
+from ...kit import array, ask_array, call_student, compare, dtype_name, first_bad, fresh_rng, quiet
 
 
 def _scores_shape_hint(want: tuple[int, ...]) -> Callable[[tuple[int, ...]], str]:
@@ -43,7 +43,7 @@ def _layout_error(Q: np.ndarray) -> Callable[[str, str], tuple[str, str] | None]
 def _answer_tolerance(got: Any, inputs_dtype: np.dtype, float64_tol: float, float32_tol: float) -> float:
     """The tolerance for a result, from the precision it was computed in: float32 inputs, or a float32 answer
     to float64 inputs (torch's default dtype, a correct choice too), get ``float32_tol``."""
-    low = inputs_dtype != np.float64 or str(getattr(got, "dtype", "float64")).replace("torch.", "") != "float64"
+    low = inputs_dtype != np.float64 or dtype_name(getattr(got, "dtype", "float64")) != "float64"
     return float32_tol if low else float64_tol
 
 

@@ -11,18 +11,13 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from ...kit import describe, fail
+from ...kit import describe, dtype_name, fail
 
-__all__ = ["DTYPES", "POLARITY", "dtype_name", "randn", "shape_str", "as_numpy", "expect_bool_tensor",
+__all__ = ["DTYPES", "POLARITY", "randn", "shape_str", "as_numpy", "expect_bool_tensor",
            "float16_overflow"]
 
 DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 POLARITY = "The course's convention: a mask is True where attention is ALLOWED."
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    """A dtype's name without "torch." (float16): how a message names it, and its key in kit.TORCH_ATOL."""
-    return str(dtype).replace("torch.", "")
 
 
 def randn(gen: torch.Generator, *shape: int, dtype: torch.dtype = torch.float64, scale: float = 1.0) -> torch.Tensor:

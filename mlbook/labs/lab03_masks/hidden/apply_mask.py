@@ -6,8 +6,8 @@ from typing import Callable
 
 import torch
 
-from ...kit import call_student, describe, fail, fresh_rng, torch_generator
-from ._common import DTYPES, POLARITY, dtype_name, float16_overflow, randn, shape_str
+from ...kit import call_seeing_args, call_student, describe, dtype_name, fail, fresh_rng, torch_generator
+from ._common import DTYPES, POLARITY, float16_overflow, randn, shape_str
 
 __all__ = ["check_apply_mask"]
 
@@ -37,13 +37,13 @@ def check_apply_mask(apply_mask: Callable) -> None:
         before = scores.clone()
         what = (f"apply_mask on {dtype_name(dtype)} scores of shape {shape_str(scores.shape)} with a mask of shape "
                 f"{shape_str(mask.shape)}")
-        out = call_student(apply_mask, scores, mask, what=what, named=float16_overflow(
+        out, (scores_after, _) = call_seeing_args(apply_mask, scores, mask, what=what, named=float16_overflow(
             dtype, "raised RuntimeError: the fill value cannot be converted to float16 without overflow",
             "A fixed constant such as -1e9 is not representable in float16 (its largest magnitude is 65504). "
             "Fill with torch.finfo(scores.dtype).min, which is finite in every dtype."))
         if not isinstance(out, torch.Tensor):
             fail(what, f"returned {describe(out)}", "Return the filled scores as a tensor.")
-        if not torch.equal(scores, before):
+        if not torch.equal(scores_after, before):
             fail(what, "changed the caller's scores in place (masked_fill_ with an underscore?)",
                  "Return a new tensor: scores.masked_fill(...) without the underscore.")
         if out.dtype != dtype:

@@ -11,9 +11,9 @@ from typing import Callable
 import numpy as np
 import torch
 
-from ...kit import (TORCH_ATOL, ask_items, attention, call_student, causal_allowed, compare, describe, fail,
+from ...kit import (TORCH_ATOL, ask_items, attention, call_student, causal_allowed, compare, describe, dtype_name, fail,
                     fresh_rng, torch_generator)
-from ._common import DTYPES, POLARITY, as_numpy, dtype_name, float16_overflow, randn, shape_str
+from ._common import DTYPES, POLARITY, as_numpy, float16_overflow, randn, shape_str
 
 __all__ = ["check_scaled_dot_product_attention", "check_mask_after_softmax"]
 

@@ -7,7 +7,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from ...kit import call_student, causal_allowed, compare, fail, fresh_rng, torch_generator
+from ...kit import call_seeing_args, call_student, causal_allowed, compare, fail, fresh_rng, torch_generator
 from ._common import POLARITY, expect_bool_tensor, shape_str
 
 __all__ = ["check_causal_mask", "check_causal_mask_with_cache", "check_padding_mask", "check_combine_masks"]
@@ -67,7 +67,7 @@ def check_padding_mask(padding_mask: Callable) -> None:
     is_pad[-1] = torch.from_numpy(rng.random(T_k) < 0.5)  # and one irregular pattern
     before = is_pad.clone()
     what = f"padding_mask of a ({B}, {T_k}) is_pad"
-    m = call_student(padding_mask, is_pad, what=what)
+    m, (is_pad_after,) = call_seeing_args(padding_mask, is_pad, what=what)
     if isinstance(m, torch.Tensor) and tuple(m.shape) == (B, 1, T_k, 1):
         fail(what, f"shape is {shape_str(m.shape)}",
              "The mask was put on the query axis: padding removes KEYS (columns of the scores), so it "
@@ -75,7 +75,7 @@ def check_padding_mask(padding_mask: Callable) -> None:
     if isinstance(m, torch.Tensor) and tuple(m.shape) == (B, T_k):
         fail(what, f"shape is {shape_str(m.shape)}", "Add the head and query axes: (B, 1, 1, T_k).")
     expect_bool_tensor(m, (B, 1, 1, T_k), what)
-    if not torch.equal(is_pad, before):
+    if not torch.equal(is_pad_after, before):
         fail(what, "changed the caller's is_pad in place", "Return a new tensor; do not modify the input.")
     compare(m[:, 0, 0, :].cpu().numpy(), ~is_pad.numpy(), what, "True where the key is a real token.",  # (B, T_k)
             atol=0, rtol=0, mistakes={

@@ -16,7 +16,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from ...kit import array, ask_items, call_student, close, compare, data_array, diagnose, fail, first_bad, fresh_rng
+from ...kit import array, ask_items, call_student, close, compare, data_array, diagnose, dtype_name, fail, first_bad, fresh_rng
 from ._common import view_error
 
 __all__ = ["check_apply_rope", "check_rope_step", "rope_reference"]
@@ -122,7 +122,7 @@ def check_apply_rope(apply_rope: Callable) -> None:
         x = torch.as_tensor(rng.normal(size=case["shape"]), dtype=case["dtype"])  # (..., T, d)
         positions = torch.as_tensor(np.asarray(case["positions"], dtype=np.int64))  # (T,)
         layout, base = case["layout"], case["base"]
-        what = (f"apply_rope(x of shape {tuple(case['shape'])} {str(case['dtype']).replace('torch.', '')}, "
+        what = (f"apply_rope(x of shape {tuple(case['shape'])} {dtype_name(case['dtype'])}, "
                 f"positions {positions[:4].tolist()}{' ...' if len(positions) > 4 else ''}, {layout!r}"
                 + (f", base={base:g})" if base != 10000.0 else ")"))
         got = call_student(apply_rope, x, positions, layout, base, what=what, named=view_error)

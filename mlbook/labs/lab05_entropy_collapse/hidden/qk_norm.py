@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ...kit import array, call_student, close, diagnose, fail, fresh_rng, items
+from ...kit import array, call_student, close, diagnose, dtype_name, fail, fresh_rng, items
 
 __all__ = ["check_qk_layernorm", "layernorm_rows"]
 
@@ -40,7 +40,7 @@ def check_qk_layernorm(qk_layernorm) -> None:
         q_np, k_np = q.double().numpy(), k.double().numpy()  # the reference sees what the student sees
         pristine_q, pristine_k = q.clone(), k.clone()
         what = (f"qk_layernorm(q of shape {tuple(q.shape)}, k of shape {tuple(k.shape)}, eps={eps:g}) "
-                f"in {str(dtype).replace('torch.', '')}")
+                f"in {dtype_name(dtype)}")
         got = call_student(qk_layernorm, q, k, eps, what=what)
         if not (torch.equal(q, pristine_q) and torch.equal(k, pristine_k)):
             fail(what, "q or k was changed in place", "Return new tensors; never modify the queries and keys.")

@@ -10,7 +10,7 @@ import torch
 
 from ...kit import array, attention, causal_allowed, data_array, fail, items
 
-__all__ = ["tensor", "f32", "dtype_name", "scores", "reference", "floats", "out_lse", "grads"]
+__all__ = ["tensor", "f32", "scores", "reference", "floats", "out_lse", "grads"]
 
 
 def tensor(a: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
@@ -20,10 +20,6 @@ def tensor(a: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
 def f32(rng: np.random.Generator, *shape: int) -> torch.Tensor:
     """Standard normals of ``shape`` as a float32 tensor."""
     return torch.from_numpy(rng.standard_normal(shape).astype(np.float32))
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).replace("torch.", "")
 
 
 def scores(q: np.ndarray, k: np.ndarray, causal: bool) -> np.ndarray:

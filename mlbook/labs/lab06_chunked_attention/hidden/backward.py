@@ -7,8 +7,8 @@ import math
 import numpy as np
 import torch
 
-from ...kit import attention_grads, call_student, causal_allowed, compare, fresh_rng
-from ._common import dtype_name, grads, reference, scores, tensor
+from ...kit import attention_grads, call_student, causal_allowed, compare, dtype_name, fresh_rng
+from ._common import grads, reference, scores, tensor
 from .memory import check_backward_memory, memory_root
 
 __all__ = ["check_backward_from_lse"]

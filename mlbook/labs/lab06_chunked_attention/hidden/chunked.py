@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ...kit import call_student, close, diagnose, fail, first_bad, float_tolerance, fresh_rng
-from ._common import dtype_name, out_lse, reference, scores, tensor
+from ...kit import call_student, close, diagnose, dtype_name, fail, first_bad, float_tolerance, fresh_rng
+from ._common import out_lse, reference, scores, tensor
 from .online_softmax import update
 
 __all__ = ["check_chunked_attention"]

@@ -20,8 +20,8 @@ import torch
 
 from mlbook_helpers.decoding import TinyCausalLM
 
-from ...kit import ask_items, attention, causal_allowed, close, compare, fail, float_tolerance, fresh_rng, seed
-from ._common import dtype_name, floats, tensor
+from ...kit import ask_items, attention, causal_allowed, close, compare, dtype_name, fail, float_tolerance, fresh_rng, seed
+from ._common import floats, tensor
 from .kv_cache import cache_pair
 
 __all__ = ["check_decode_step", "check_greedy_decoding"]

@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ...kit import attention, call_student, causal_allowed, compare, float_tolerance, fresh_rng
-from ._common import dtype_name, floats, tensor
+from ...kit import attention, call_student, causal_allowed, compare, dtype_name, float_tolerance, fresh_rng
+from ._common import floats, tensor
 
 __all__ = ["check_grouped_query_attention"]
 

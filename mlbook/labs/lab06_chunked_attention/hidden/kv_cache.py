@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ...kit import ask_number, call_student, close, compare, diagnose, fail, float_tolerance, fresh_rng, items
-from ._common import dtype_name, floats, tensor
+from ...kit import ask_number, call_student, close, compare, diagnose, dtype_name, fail, float_tolerance, fresh_rng, items
+from ._common import floats, tensor
 
 __all__ = ["cache_pair", "check_kv_cache_append", "check_kv_cache_bytes"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ...kit import ask_items, close, fail, first_bad, float_tolerance, fresh_rng
+from ...kit import ask_items, close, dtype_name, fail, first_bad, float_tolerance, fresh_rng
 from ._common import floats, tensor
 
 __all__ = ["update", "check_online_softmax_update"]
@@ -104,5 +104,5 @@ def check_online_softmax_update(fn) -> None:
         if dtype == torch.float32:  # inputs as float32 sees them, so the reference uses the same numbers
             m_big, s_big = m_big.astype(np.float32).astype(np.float64), s_big.astype(np.float32).astype(np.float64)
         _update_case(fn, m_big, l_big, acc_big, s_big, v, dtype,
-                     f"online_softmax_update with scores near {offset:+.0f}, {str(dtype).replace('torch.', '')}",
+                     f"online_softmax_update with scores near {offset:+.0f}, {dtype_name(dtype)}",
                      loose=True)
