@@ -27,6 +27,26 @@ GRADING_COST_S = {"lab05_entropy_collapse": 460, "lab06_chunked_attention": 245,
                   "lab01_hand_attention": 140, "lab03_masks": 90, "lab02_scaling": 80}
 
 _GRADED: dict[str, GradedLab] = {}
+_LOST_GROUPS = pytest.StashKey[str]()  # why this run's xdist groups are not kept on one worker
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    """Under ``--dist loadgroup`` every test marked ``xdist_group`` must carry its group in its node id.
+
+    pytest-xdist keeps a group on one worker by appending ``@group`` to the id while a worker collects.
+    When a pytest release stores the id elsewhere (pytest 9.2 and xdist 3.8: see pyproject.toml), the
+    suffix is lost and every group is silently spread over the workers: each worker then builds the
+    module fixtures (the red-team batch, the LMS course) again. Such a run fails every test at once,
+    with this reason (see ``_pregrade_this_workers_share``).
+    """
+    if not getattr(config.option, "loadgroup", False):
+        return
+    lost = [item.nodeid for item in items if item.get_closest_marker("xdist_group") and "@" not in item.nodeid]
+    if lost:
+        config.stash[_LOST_GROUPS] = (
+            f"pytest-xdist's --dist loadgroup is not honoured by pytest {pytest.__version__}: {len(lost)} grouped "
+            f"tests lost their group (e.g. {lost[0]}). Install the pytest pinned in pyproject.toml's test extra.")
 
 
 def _shared_base(tmp_path_factory) -> Path:
@@ -55,6 +75,8 @@ def graded(tmp_path_factory):
 
 @pytest.fixture(scope="session", autouse=True)
 def _pregrade_this_workers_share(request, tmp_path_factory):
+    if _LOST_GROUPS in request.config.stash:
+        pytest.fail(request.config.stash[_LOST_GROUPS], pytrace=False)
     worker, count = os.environ.get("PYTEST_XDIST_WORKER"), os.environ.get("PYTEST_XDIST_WORKER_COUNT")
     if not worker or not count:
         return
