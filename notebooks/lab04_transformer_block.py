@@ -304,7 +304,8 @@ with torch.no_grad():
     got_c, got_cw = mine(x, x, causal[None, None])
 expect_close(got_w, ref_w, "your weights vs torch's (no mask)", atol=1e-5,
              hint="Is each head scaled by sqrt(d_head) (not sqrt(d_model)), the packed in_proj_weight "
-                  "copied as [W_q; W_k; W_v] without transposing, and do the section 1 tests pass?")
+                  "copied as [W_q; W_k; W_v] without transposing, in_proj_bias copied the same way, and do "
+                  "the section 1 tests pass?")
 expect_close(got, ref, "your output vs torch.nn.MultiheadAttention (no mask)", atol=1e-5,
              hint="The weights agree, so look after them: merge the heads, then apply W_o and its bias.")
 expect(float(got_cw[..., ~causal].abs().max()) < 1e-6, "weights with the causal mask",

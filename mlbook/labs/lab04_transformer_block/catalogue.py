@@ -37,6 +37,16 @@ MUTANTS += mutants_of("load_from_torch", _MHA_CELLS, [
         patch("in_proj_weight[i * d:(i + 1) * d])", "in_proj_weight[i * d:(i + 1) * d].T)"),  # both weight copies
         patch("copy_(torch_mha.out_proj.weight)", "copy_(torch_mha.out_proj.weight.T)"),
     ), r"transpos"),
+    # A tensor left uncopied keeps the module's own initial values: no formula of torch's weights
+    # reproduces the output, so the hidden check names what is missing from the module's parameters.
+    ("load-no-in-bias", "in_proj_bias not copied: W_q, W_k and W_v keep their initial biases",
+     patch("            if lin.bias is not None:\n"
+           "                lin.bias.copy_(torch_mha.in_proj_bias[i * d:(i + 1) * d])  # (d,)\n", ""), r"in_proj_bias"),
+    ("load-no-out-bias", "out_proj.bias not copied: W_o keeps its initial bias",
+     patch("        if mha.W_o.bias is not None:\n"
+           "            mha.W_o.bias.copy_(torch_mha.out_proj.bias)  # (d,)\n", ""), r"its bias|out_proj\.bias"),
+    ("load-no-out-weight", "out_proj.weight not copied: W_o keeps its initial weights",
+     patch("        mha.W_o.weight.copy_(torch_mha.out_proj.weight)  # (d, d)\n", ""), r"W_o"),
 ])
 MUTANTS += mutants_of("sinusoidal_positions", "test_sinusoidal", [
     ("sin-cos-swapped", "cos on the even dimensions and sin on the odd ones",

@@ -89,6 +89,18 @@ MUTANTS += mutants_of("train_copy_task", ("test_train_copy_task_hidden",), [
     ("warmup-never-ends", "the warm-up is not capped, so the learning rate keeps growing past lr",
      patch("lr * min(1.0, step / warmup)", "lr * step / warmup"), r"never ends"),
 ])
+# Where and by how much qk_decay shrinks W_q and W_k: the longer run's norms cannot tell, the hidden check's
+# replay of a few warmed-up, decayed updates can.
+MUTANTS += mutants_of("train_copy_task", ("test_train_copy_task_hidden",), [
+    ("qk-decay-before-step", "qk_decay applied after backward() but before optimiser.step() instead of after it",
+     patch("        optimiser.step()\n" + _QK_DECAY, _QK_DECAY + "        optimiser.step()\n"),
+     r"before optimiser\.step\(\)"),
+    ("qk-decay-warmed-rate", "qk_decay's factor taken from the warmed-up learning rate instead of the lr argument",
+     patch("mul_(1 - lr * qk_decay)", 'mul_(1 - optimiser.param_groups[0]["lr"] * qk_decay)', count=2),
+     r"warmed-up learning rate"),
+    ("qk-decay-without-lr", "W_q and W_k multiplied by (1 - qk_decay), without the learning rate",
+     patch("mul_(1 - lr * qk_decay)", "mul_(1 - qk_decay)", count=2), r"left out lr"),
+])
 # A loop that ignores its lr matches the default run: the hidden check replays updates at another lr. A loop
 # without zero_grad diverges, which must be named as such, not as an entropy of nan.
 MUTANTS += mutants_of("train_copy_task", ("test_train_copy_task_hidden",), [
@@ -196,6 +208,11 @@ ALTERNATIVES = [
     return {"step": steps_log, "loss": losses, "entropy": entropies}
 ''',
     }),
+    Alternative(name="decay-subtracted",
+                description="qk_decay written as W <- W - lr * qk_decay * W after each step",
+                cells={"train_copy_task": (
+                    patch("block.W_q.mul_(1 - lr * qk_decay)", "block.W_q.sub_(lr * qk_decay * block.W_q)"),
+                    patch("block.W_k.mul_(1 - lr * qk_decay)", "block.W_k.sub_(lr * qk_decay * block.W_k)"))}),
     Alternative(name="warmup-first-group",
                 description="warm-up written as a factor, set on the optimiser's only parameter group",
                 cells={"train_copy_task": patch('''            for group in optimiser.param_groups:

@@ -9,8 +9,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from ...kit import (Misconception, array, ask_items, attention, call_student, close, diagnose, fail, first_bad,
-                    fresh_rng, helper, softmax)
+from ...kit import (Misconception, array, ask_items, attention, call_student, close, data_array, diagnose, fail,
+                    first_bad, fresh_rng, helper, softmax)
 from ._common import view_error
 from .heads import DIRECT_VIEW, MERGE_NO_TRANSPOSE, check_heads
 
@@ -105,6 +105,35 @@ MASK_VARIANTS = {
     "fill_zero": "the masked scores were set to 0 (or the scores multiplied by the mask), and exp(0) still gives those "
                  "keys weight: fill them with -inf or torch.finfo(scores.dtype).min before the softmax",
 }
+
+
+def _torch_tensors(P: dict, bias: bool) -> dict[str, np.ndarray]:
+    """What load_from_torch must carry over, each named as torch stores it: name -> values."""
+    d = P["out_w"].shape[0]
+    tensors = {f"{role} (rows {i * d}:{(i + 1) * d} of in_proj_weight)": P["in_w"][i * d:(i + 1) * d]
+               for i, role in enumerate(("W_q", "W_k", "W_v"))}
+    tensors["W_o (out_proj.weight)"] = P["out_w"]
+    if bias:  # b_k is left out: it adds q . b_k to every score of a row, which the softmax cancels
+        tensors.update({f"{role} (in_proj_bias[{i * d}:{(i + 1) * d}])": P["in_b"][i * d:(i + 1) * d]
+                        for i, role in ((0, "b_q"), (2, "b_v"))})
+        tensors["W_o's bias (out_proj.bias)"] = P["out_b"]
+    return tensors
+
+
+def _never_copied(mha: Any, P: dict, bias: bool, what: str) -> list[str]:
+    """Torch's tensors none of whose values is among the student's parameters after the load.
+
+    Whatever layout the student chose (separate W_q, W_k, W_v, one packed qkv layer, one small
+    layer per head), a copy keeps every float32 value exactly, transposed or sliced; values drawn
+    at random are never met by chance. So a tensor of which fewer than half the values are found
+    was not copied, and the module still holds its own initial values there.
+    """
+    weights = call_student(lambda: mha.state_dict(), what=what)
+    arrays = [data_array(v) for v in weights.values()] if isinstance(weights, dict) else []
+    held = np.concatenate([a.astype(np.float32).ravel() for a in arrays
+                           if a is not None and a.dtype.kind == "f"] or [np.zeros(0, np.float32)])
+    return [name for name, values in _torch_tensors(P, bias).items()
+            if np.isin(values.astype(np.float32).ravel(), held).mean() < 0.5]
 
 
 def _random_torch_mha(d: int, H: int, bias: bool, rng: np.random.Generator) -> tuple[nn.MultiheadAttention, dict]:
@@ -243,6 +272,12 @@ def _check_mha_case(MHA: type, load: Callable, case: dict, rng: np.random.Genera
                               for v, msg in MHA_VARIANTS.items()}, atol=1e-4, rtol=1e-3)
     if found:
         fail(what, found)
+    missing = _never_copied(mha, P, case["bias"], f"{what}: your module's state_dict() after load_from_torch")
+    if missing:
+        listed = " and ".join([", ".join(missing[:-1]), missing[-1]] if len(missing) > 1 else missing)
+        fail(what, f"load_from_torch left {listed} uncopied: none of {'their' if len(missing) > 1 else 'its'} values "
+                   f"is among your module's parameters, which still hold their initial values there",
+             "Copy every weight and bias of torch_mha into the matching layer of your module, in place.")
     if out_ok:
         fail(what, "the output matches torch but the returned weights do not",
              f"Return the post-softmax weights of every head, (B, H, T_q, T_k) "

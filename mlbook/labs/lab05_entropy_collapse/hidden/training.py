@@ -7,8 +7,9 @@ computes decides a verdict: the trained weights are loaded into the grader's own
 its loss measured on copy-task data the grader draws (``mlbook_helpers.copy_task`` as imported
 here, the grader's copy), against the untrained reference on the same data; the history the
 student's loop reports is checked for its form and its step-0 log only. A few updates, with and
-without warm-up, are replayed by the grader (``_replay``) and must leave the same weights: at a
-learning rate and batch size other than the defaults, so that a loop ignoring its arguments shows.
+without warm-up, and with qk_decay, are replayed by the grader (``_replay``) and must leave the same
+weights: at a learning rate and batch size other than the defaults, so that a loop ignoring its
+arguments shows.
 """
 
 from __future__ import annotations
@@ -121,19 +122,36 @@ def _norms(weights: dict[str, torch.Tensor]) -> dict[str, float]:
     return out
 
 
+# Where and how a loop may apply qk_decay: "after" each optimiser step by (1 - lr * qk_decay), as specified,
+# or one of the known mistakes.
+_DECAYS = ("after", "before_step", "warmed_rate", "without_lr", "with_v", "weight_decay")
+
+
+def _decay(model: TinyDecoder, factor: float, with_v: bool = False) -> None:
+    """Multiply every block's W_q and W_k (and W_v, ``with_v``) by ``factor``, in place."""
+    with torch.no_grad():
+        for block in model.blocks:
+            for W in (block.W_q, block.W_k, block.W_v) if with_v else (block.W_q, block.W_k):
+                W.mul_(factor)  # (d_model, d_model), a view into in_proj_weight
+
+
 def _replay(reference: TinyDecoder, steps: int, lr: float, batch_size: int, seed: int,
             rate: Callable[[int], float], *, eval_first: bool = True, momentum: float = 0.9,
-            zero_grad: bool = True, train_batch: int | None = None) -> dict[str, torch.Tensor]:
-    """The grader's own run of the specified loop (no decay) on a copy of ``reference``: the weights
-    after ``steps`` updates, update s (from 1) at learning rate ``rate(s)``. The options (``rate``,
-    ``eval_first``, ``momentum``, ``zero_grad``, ``train_batch``: the training batches' size when it is
-    not ``batch_size``) are the known mistakes of a loop."""
+            zero_grad: bool = True, train_batch: int | None = None, qk_decay: float = 0.0,
+            decay: str = "after") -> dict[str, torch.Tensor]:
+    """The grader's own run of the specified loop on a copy of ``reference``: the weights after
+    ``steps`` updates, update s (from 1) at learning rate ``rate(s)``, with ``qk_decay`` applied as
+    ``decay`` says (``_DECAYS``). The options (``rate``, ``eval_first``, ``momentum``, ``zero_grad``,
+    ``train_batch``: the training batches' size when it is not ``batch_size``; ``decay``) are the
+    known mistakes of a loop."""
+    assert decay in _DECAYS, decay
     model = copy.deepcopy(reference)
     task = model.task
     gen = torch.Generator().manual_seed(seed)
     if eval_first:
         task.batch(batch_size, gen)  # the evaluation batch comes first
-    optimiser = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
+    optimiser = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum,
+                                weight_decay=qk_decay if decay == "weight_decay" else 0.0)
     for s in range(1, steps + 1):
         x, y = task.batch(train_batch or batch_size, gen)  # (B, T), (B, T)
         loss = copy_loss(model(x)[0], y)
@@ -142,7 +160,12 @@ def _replay(reference: TinyDecoder, steps: int, lr: float, batch_size: int, seed
         loss.backward()
         for group in optimiser.param_groups:
             group["lr"] = rate(s)
+        if qk_decay and decay == "before_step":
+            _decay(model, 1 - lr * qk_decay)
         optimiser.step()
+        if qk_decay and decay in ("after", "warmed_rate", "without_lr", "with_v"):
+            factor = {"warmed_rate": 1 - rate(s) * qk_decay, "without_lr": 1 - qk_decay}.get(decay, 1 - lr * qk_decay)
+            _decay(model, factor, with_v=decay == "with_v")
     return {name: t.detach().clone() for name, t in model.state_dict().items()}
 
 
@@ -225,6 +248,48 @@ def _check_warmup(train_copy_task, rng: np.random.Generator, seed: int, common: 
          hint or "Update s (s = 1, 2, ...) must use the learning rate lr * min(1, s / warmup), set before its step.")
 
 
+def _check_decay(train_copy_task, rng: np.random.Generator, seed: int, common: dict) -> None:
+    """qk_decay: after a few warmed-up updates the weights are the grader's own replay of the specified
+    decay, (1 - lr * qk_decay) after every step, with lr the argument (the warm-up, judged before, is on,
+    so that a decay at the warmed-up rate shows)."""
+    steps, warmup = 3, 2
+    lr = common["lr"]
+    qk_decay = float(rng.choice([0.5, 1.0, 1.5]))
+    base = _tiny_model(seed + 41)
+    model = _tiny_copy(base)
+    what = f"train_copy_task(tiny model, steps={steps}, warmup={warmup}, qk_decay={qk_decay:g})"
+    _history(train_copy_task, model, steps, what, seed=seed + 13, log_every=1, warmup=warmup, qk_decay=qk_decay,
+             **common)
+    before = base.state_dict()
+    got = _moved(state(model, base, what), before)  # (n_weights,)
+
+    def replay(decay: str):
+        return lambda: _moved(_replay(base, steps, lr, common["batch_size"], seed + 13,
+                                      lambda s: lr * min(1.0, s / warmup), qk_decay=qk_decay, decay=decay), before)
+
+    want = replay("after")()
+    scale = np.abs(want).max()
+    if close(got, want, atol=1e-4 * scale, rtol=0):  # the tolerance of _check_warmup
+        return
+    hint = diagnose(got, {
+        "the decay was applied before optimiser.step(): multiply W_q and W_k by (1 - lr * qk_decay) after each step":
+            replay("before_step"),
+        "the decay used the warmed-up learning rate: the factor is (1 - lr * qk_decay) with lr the argument, "
+        "whatever rate the update used": replay("warmed_rate"),
+        "the decay factor left out lr: multiply by (1 - lr * qk_decay), not (1 - qk_decay)": replay("without_lr"),
+        "the decay reached W_v as well: it shrinks W_q and W_k only, which set the scores' size":
+            replay("with_v"),
+        "the decay reached every weight: apply it to W_q and W_k only (not through the optimiser's weight_decay, "
+        "which decays every parameter)": replay("weight_decay"),
+        "qk_decay had no effect: after every step multiply W_q and W_k of every block by (1 - lr * qk_decay)":
+            lambda: _moved(_replay(base, steps, lr, common["batch_size"], seed + 13,
+                                   lambda s: lr * min(1.0, s / warmup)), before),
+    }, atol=1e-4 * scale, rtol=0)
+    fail(what, "the weights after training are not those of the specified decay",
+         hint or "After each optimiser.step(), multiply every block's W_q and W_k by (1 - lr * qk_decay), in place "
+                 "under torch.no_grad(), with lr the argument.")
+
+
 def check_train_copy_task(train_copy_task) -> None:
     rng = fresh_rng()
     seed = int(rng.integers(10_000))
@@ -280,7 +345,10 @@ def check_train_copy_task(train_copy_task) -> None:
     # (f) warm-up: the weights after a few updates, against the grader's replay of the schedule
     _check_warmup(train_copy_task, rng, seed, common)
 
-    # (g) qk_decay shrinks W_q and W_k only. lr 0.1 and qk_decay 2.0 multiply them by 0.8 per
+    # (g) qk_decay, against the grader's replay of a few decayed updates (placement, factor, which weights)
+    _check_decay(train_copy_task, rng, seed, common)
+
+    # (h) over a longer run, qk_decay shrinks W_q and W_k only. lr 0.1 and qk_decay 2.0 multiply them by 0.8 per
     # step, 0.11 after 10 steps; over 10 seeds the ratio to an undecayed run was at most 0.11,
     # and W_v and the embeddings stayed within 0.3 % of it.
     base = _tiny_model(seed + 7)
