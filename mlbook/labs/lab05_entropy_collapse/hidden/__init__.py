@@ -15,8 +15,9 @@ draws and keeps as its reference; what the function did to the copy is read back
 judged here (``_models``). Nothing the kernel computes decides a verdict.
 
 The notebook calls ``hidden.check_x(...)``; the checks live by graded function in ``entropy``
-(attention_entropy), ``init_scaling`` (scale_qk_init), ``training`` (train_copy_task, warm-up
-included), ``sinks`` (sink_mass, sliding_window_mask) and ``qk_norm`` (qk_layernorm).
+(attention_entropy), ``init_scaling`` (scale_qk_init), ``training`` (train_copy_task, with
+``updates``: its updates, warm-up and qk_decay replayed; ``_loop``: the tiny model it trains),
+``sinks`` (sink_mass, sliding_window_mask) and ``qk_norm`` (qk_layernorm).
 """
 
 from .entropy import check_attention_entropy
