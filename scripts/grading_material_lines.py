@@ -179,7 +179,7 @@ def like_for_like(rev: str) -> None:
             kinds[key[0]][1] += then[key]
             kinds[key[0]][2] += now[key]
     for kind, (n, a, b) in sorted(kinds.items()):
-        print(f"  {kind + 's':26s} {n:3d} entries {a:5,d} -> {b:5,d} lines ({a / n:.1f} -> {b / n:.1f} a {kind.lower()})")
+        print(f"  {kind + 's':26s} {n:3d} entries {a:5,d} -> {b:5,d} lines ({a / n:.1f} -> {b / n:.1f} per entry)")
     print(f"  {'outside every entry':26s}             {outside[0]:5,d} -> {outside[1]:5,d} lines (all entries' files)")
 
 
