@@ -129,7 +129,9 @@ def _never_copied(mha: Any, P: dict, bias: bool, what: str) -> list[str]:
     was not copied, and the module still holds its own initial values there.
     """
     weights = call_student(lambda: mha.state_dict(), what=what)
-    arrays = [data_array(v) for v in weights.values()] if isinstance(weights, dict) else []
+    if not isinstance(weights, dict):  # state_dict() itself replaced: nothing to say about the load
+        return []
+    arrays = [data_array(v) for v in weights.values()]
     held = np.concatenate([a.astype(np.float32).ravel() for a in arrays
                            if a is not None and a.dtype.kind == "f"] or [np.zeros(0, np.float32)])
     return [name for name, values in _torch_tensors(P, bias).items()
