@@ -1,2 +1,2 @@
-"""Lab 1, attention by hand: grading material."""
+"""Lab 1, attention by hand: grading material (grader only): ``hidden/`` and ``catalogue``."""
 

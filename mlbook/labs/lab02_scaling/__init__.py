@@ -1,1 +1,1 @@
-"""Lab 2, the sqrt(d_k) variance experiment: hidden checks and misconception catalogue (grader only)."""
+"""Lab 2, the sqrt(d_k) variance experiment: grading material (grader only): ``hidden/`` and ``catalogue``."""

@@ -1,4 +1,4 @@
-"""Lab 3: causal and padding masks (grader only)."""
+"""Lab 3, causal and padding masks: grading material (grader only): ``hidden/`` and ``catalogue``."""
 
 #: Visible test cells without a ``<cell>_hidden`` partner -> the hidden checks of the student's
 #: functions that computed the values they read (see mlbook.judge.plan).

@@ -1,4 +1,4 @@
-"""Lab 4, the transformer block: grading material (hidden checks and the catalogue)."""
+"""Lab 4, the transformer block: grading material (grader only): ``hidden/`` and ``catalogue``."""
 
 # Visible test cells and the hidden cells that must also pass (mlbook.judge.plan): each visible
 # cell is covered by the hidden checks of the functions it exercises.

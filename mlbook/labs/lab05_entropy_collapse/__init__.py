@@ -1,4 +1,4 @@
-"""Lab 5, entropy collapse: grading material."""
+"""Lab 5, entropy collapse: grading material (grader only): ``hidden/`` and ``catalogue``."""
 
 #: Visible tests that read values given cells computed in the kernel with the student's
 #: functions: each counts only when the hidden checks of those functions pass too.

@@ -1,4 +1,5 @@
-"""Lab 6: chunked attention and the online softmax (grader only).
+"""Lab 6, chunked attention and the online softmax: grading material (grader only): ``hidden/`` and
+``catalogue``.
 
 ``COVERED_BY`` and ``NOT_REPLAYED`` are read by the judge's plan (mlbook.judge.plan).
 """
