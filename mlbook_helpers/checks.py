@@ -236,10 +236,25 @@ def expect_rows_sum_to_one(weights: Any, what: str, hint: str | None = None, ato
     expect_finite(w, what, hint)
     if not (w >= -atol).all():
         _fail(what, f"has negative weights (min {w.min():.4g})", hint)
-    sums = w.sum(axis=-1)
+    sums = w.sum(axis=-1)  # (..., T_q)
     off = ~(np.abs(sums - 1.0) <= atol)
     if off.any():
-        _fail(what, f"rows sum to {_fmt(sums[off])}, not 1", hint)
+        _fail(what, f"rows sum to {_fmt(sums[off])}, not 1{_normalised_over(w, atol)}", hint)
+
+
+def _normalised_over(w: np.ndarray, atol: float) -> str:
+    """What the sums of ``w`` (..., T_q, T_k) show a softmax normalised over instead of each row, or ''.
+
+    Read from the student's weights alone: columns that each sum to 1 were normalised over the
+    queries; a matrix whose entries sum to 1 was normalised over all of them at once.
+    """
+    if w.ndim < 2 or w.shape[-2] < 2:
+        return ""
+    if np.all(np.abs(w.sum(axis=-2) - 1.0) <= atol):  # (..., T_k)
+        return "; its columns sum to 1 instead (normalised over the queries, axis -2, not the keys)"
+    if np.all(np.abs(w.sum(axis=(-2, -1)) - 1.0) <= atol):  # (...,)
+        return "; the whole matrix sums to 1 instead (normalised over every entry at once, not row by row)"
+    return ""
 
 
 def expect_in_convex_hull(outputs: Any, values: Any, what: str, hint: str | None = None, atol: float = 1e-9) -> None:

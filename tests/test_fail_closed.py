@@ -434,6 +434,20 @@ def test_number_boolean_and_array_accept_only_what_they_name():
         kit.array([1.0, float("nan")], "the entropy")
 
 
+def test_the_rows_check_names_the_axis_a_softmax_normalised_over_instead():
+    scores = np.random.default_rng(0).normal(size=(2, 3, 5))  # (B, T_q, T_k)
+    e = np.exp(scores)
+    cases = {"its columns sum to 1 instead": e / e.sum(axis=-2, keepdims=True),
+             "the whole matrix sums to 1 instead": e / e.sum(axis=(-2, -1), keepdims=True)}
+    for said, weights in cases.items():
+        with pytest.raises(Misconception, match=said):
+            checks.expect_rows_sum_to_one(weights, "x", "the hint.")
+    with pytest.raises(Misconception) as failure:  # rows that sum to less than 1 (a mask after the softmax)
+        checks.expect_rows_sum_to_one(np.tril(e / e.sum(axis=-1, keepdims=True)), "x", "the hint.")
+    assert "instead" not in str(failure.value) and str(failure.value).endswith("the hint.")
+    checks.expect_rows_sum_to_one(e / e.sum(axis=-1, keepdims=True), "x", "the hint.")
+
+
 def test_the_visible_checks_fail_closed_too():
     hint = "the hint."
     for got in NOT_DATA + [np.array([np.nan, 1.0]), np.array([1.0])]:
