@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["toy_embeddings", "output_statistics", "head_owner_maps", "TorchAttention"]
+__all__ = ["toy_embeddings", "output_statistics", "head_owner_maps", "TorchAttention", "keep_settings"]
 
 
 def toy_embeddings(tokens: Sequence[str], d_model: int, scale: float = 1.0) -> torch.Tensor:
@@ -76,6 +76,21 @@ def head_owner_maps(T: int, d_model: int, n_heads: int) -> dict[str, np.ndarray]
     flat_index = np.arange(T * d_model).reshape(T, d_model)  # (T, d_model) position in memory
     direct = flat_index // (T * d_head)  # (T, d_model): the leading axis of a (H, T, d_head) view
     return {"intended": intended, "direct view (B, H, T, d_head)": direct}
+
+
+def keep_settings(replacement: nn.Module, original: nn.Module) -> nn.Module:
+    """``replacement`` given every plain setting (bool, int, float, str) of ``original`` that it lacks.
+
+    A sublayer swapped for another (the lab's attention for ``TorchAttention``) keeps the numbers
+    its block may read from it, such as ``n_heads`` or ``d_head``, whatever they are named.
+
+    Returns:
+        ``replacement`` itself.
+    """
+    for name, value in dict(getattr(original, "__dict__", {})).items():
+        if not name.startswith("_") and isinstance(value, (bool, int, float, str)) and not hasattr(replacement, name):
+            setattr(replacement, name, value)
+    return replacement
 
 
 class TorchAttention(nn.Module):

@@ -384,4 +384,12 @@ ALTERNATIVES = [
         outs.append(y.reshape(B, T, n_heads, -1).permute(0, 2, 1, 3))
     return outs[0], outs[1], outs[2]
 '''}),
+    Alternative(name="block-reads-attention-settings",
+                description="the block reads its attention's n_heads to give the mask every axis, (B, H, T, T)",
+                cells={"TransformerBlock": patch(
+                    "        r = 1.0 if self.residual else 0.0  # multiplies the skip paths\n",
+                    "        r = 1.0 if self.residual else 0.0  # multiplies the skip paths\n"
+                    "        if mask is not None:\n"
+                    "            B, T = x.shape[:2]\n"
+                    "            mask = mask.expand(B, self.attn.n_heads, T, T)  # (B, H, T, T)\n")}),
 ]

@@ -139,8 +139,9 @@ def _check_block_case(TB: type, d: int, H: int, d_ff: int, B: int, T: int, case:
             fail(label, f"has no attribute {name!r}", "Keep the sublayers the skeleton's __init__ creates.")
     subs = _grader_sublayers(d, H, d_ff, rng)
     kernel_subs = _kernel_sublayers(subs, d, H, d_ff)
-    for name in SUBLAYERS:
-        setattr(block, name, kernel_subs[name])
+    keep_settings = helper("mlbook_helpers.transformer_block:keep_settings")
+    for name in SUBLAYERS:  # the grader's sublayer, with the settings (n_heads, ...) the student's one had
+        setattr(block, name, keep_settings(kernel_subs[name], getattr(block, name)))
     block.double()
     block.eval()
     x = torch.from_numpy(rng.normal(size=(B, T, d)))  # (B, T, d)
