@@ -47,6 +47,9 @@ MUTANTS += mutants_of("load_from_torch", _MHA_CELLS, [
            "            mha.W_o.bias.copy_(torch_mha.out_proj.bias)  # (d,)\n", ""), r"its bias|out_proj\.bias"),
     ("load-no-out-weight", "out_proj.weight not copied: W_o keeps its initial weights",
      patch("        mha.W_o.weight.copy_(torch_mha.out_proj.weight)  # (d, d)\n", ""), r"W_o"),
+    # Only what acts after the softmax is wrong: the weights match torch's, the output does not.
+    ("load-out-weight-transposed", "out_proj.weight transposed when copied into W_o (both are (out, in))",
+     patch("copy_(torch_mha.out_proj.weight)", "copy_(torch_mha.out_proj.weight.T)"), r"W_o"),
 ])
 MUTANTS += mutants_of("sinusoidal_positions", "test_sinusoidal", [
     ("sin-cos-swapped", "cos on the even dimensions and sin on the odd ones",

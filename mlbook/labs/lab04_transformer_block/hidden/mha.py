@@ -284,6 +284,12 @@ def _check_mha_case(MHA: type, load: Callable, case: dict, rng: np.random.Genera
         fail(what, "the output matches torch but the returned weights do not",
              f"Return the post-softmax weights of every head, (B, H, T_q, T_k) "
              f"({first_bad(attn_np, ref_w.numpy(), MHA_ATOL, 0)}).")
+    if attn_ok:
+        fail(what, "the weights match torch's but the output does not "
+                   f"({first_bad(out_np, ref_out.numpy(), MHA_ATOL, MHA_RTOL)})",
+             "Everything up to the softmax is right: look after it, at the values (W_v and its bias), attn @ v, "
+             "the merge of the heads and the output projection W_o (out_proj.weight copied without .T, and its "
+             "bias). Nothing random, such as dropout, may act on the weights.")
     fail(what, f"the output differs from torch.nn.MultiheadAttention beyond atol {MHA_ATOL:g} + rtol {MHA_RTOL:g} "
                f"({first_bad(out_np, ref_out.numpy(), MHA_ATOL, MHA_RTOL)})",
          "Check the packed in_proj_weight layout [W_q; W_k; W_v], the biases, the scale sqrt(d_head) "
