@@ -425,3 +425,24 @@ ALTERNATIVES += [
                     patch(_K_REP, "k = k.index_select(1, torch.arange(H) // group)"),
                     patch(_V_REP, "v = v.index_select(1, torch.arange(H) // group)"))}),
 ]
+
+# Issue #38: an argument ignored passes whenever the draws happen to give it its default; the hidden checks ask
+# for every entry size (1, 2, 4, 8) with batch >= 2 in every run, so each ignored argument loses the point.
+MUTANTS += mutants_of("attention_matrix_bytes", ("test_attention_matrix_bytes_hidden",), [
+    ("bytes-ignore-entry-size", "bytes_per_entry ignored: every entry counted as 2 bytes",
+     patch("B * H * T * T * bytes_per_entry)", "B * H * T * T * 2)"), r"bytes_per_entry is ignored"),
+])
+MUTANTS += mutants_of("attention_matrix_bytes", "test_attention_matrix_bytes", [
+    ("bytes-without-batch", "the attention-matrix size forgets the batch B",
+     patch("B * H * T * T * bytes_per_entry)", "H * T * T * bytes_per_entry)"), r"batch|\bB\b"),
+])
+MUTANTS += mutants_of("kv_cache_bytes", "test_kv_cache_bytes", [
+    ("cache-bytes-ignore-entry-size", "bytes_per_entry ignored: every entry counted as 2 bytes",
+     patch("* batch * bytes_per_entry)", "* batch * 2)"), r"bytes_per_entry is ignored|4 bytes"),
+    ("cache-bytes-no-batch", "the cache size forgets that every sequence of the batch has its own cache",
+     patch("* batch * bytes_per_entry)", "* bytes_per_entry)"), r"batch|own cache"),
+])
+MUTANTS += mutants_of("kv_cache_bytes", ("test_kv_cache_bytes_hidden",), [
+    ("cache-bytes-no-d-head", "the cache size forgets the head width d_head",
+     patch("n_kv_heads * d_head * T", "n_kv_heads * T"), r"d_head"),
+])

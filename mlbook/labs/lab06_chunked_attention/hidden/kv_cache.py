@@ -59,21 +59,34 @@ def check_kv_cache_append(fn) -> None:
 
 def check_kv_cache_bytes(fn) -> None:
     rng = fresh_rng()
-    for _ in range(4):
-        L, G, d = int(rng.integers(2, 97)), int(rng.integers(2, 33)), int(rng.choice([32, 64, 80, 96, 128, 256]))
-        T, batch, per = int(rng.integers(100, 33000)), int(rng.integers(2, 17)), int(rng.choice([1, 2, 4]))
+    # Each entry size 1, 2, 4 and 8 in every run (fresh order), batch >= 2 and every other argument drawn again
+    # per call, all distinct, so no argument can be ignored (or confused with another) by luck of the draw.
+    for per in (int(x) for x in rng.permutation([1, 2, 4, 8])):
+        while True:
+            L, G, d = int(rng.integers(2, 97)), int(rng.integers(2, 33)), int(rng.choice([32, 64, 80, 96, 128, 256]))
+            T, batch = int(rng.integers(100, 33000)), int(rng.integers(2, 17))
+            if len({L, G, d, T, batch, per, 2 * per}) == 7:
+                break
         call = f"kv_cache_bytes({L}, {G}, {d}, {T}, batch={batch}, bytes_per_entry={per})"
         got = ask_number(fn, L, G, d, T, batch=batch, bytes_per_entry=per, what=call,
                          hint="Return the number of bytes as one int.")
         want = 2 * L * G * d * T * batch * per
         if close(got, want, atol=0.5, rtol=1e-12):
             continue
+        if per == 4:  # a 2-byte answer for 4-byte entries is half the bytes, as is counting the keys only
+            cause = diagnose(got, {"half the bytes: either bytes_per_entry is ignored (the answer is right only for "
+                                   "2-byte entries) or only the keys are counted (the cache holds a key AND a value)":
+                                   want // 2}, atol=0.5, rtol=1e-12)
+            if cause:
+                fail(call, f"got {got:.10g}", cause)
         cause = diagnose(got, {
             "only the keys are counted: the cache holds a key AND a value per token, head and layer (the factor 2)":
                 want // 2,
             "the number of layers is missing: every layer has its own cache": want // L,
             "the batch is missing: every sequence has its own cache": want // batch,
-            "bytes_per_entry is ignored": want // per * 2,
+            "bytes_per_entry is ignored: the answer is right only for 2-byte entries": want // per * 2,
+            "d_head is missing: every head caches d_head numbers per key and per value": want // d,
+            "T is missing: the cache holds every token of the sequence": want // T,
             "the entries are counted, not the bytes": want // per,
             "the kv heads are missing": want // G,
         }, atol=0.5, rtol=1e-12)
