@@ -81,7 +81,25 @@ def _check_attention_case(fn: Callable, q, k, v, mask, what: str, compare_sdpa: 
     shape = (B, H, T_q, T_k)
     allowed = np.ones(shape, dtype=bool) if mask is None else np.broadcast_to(mask.cpu().numpy(), shape)
     ref_out, ref_w = attention(qn, kn, vn, allowed)  # (B, H, T_q, d_v), (B, H, T_q, T_k): NaN on a fully masked row
-    live = allowed.any(axis=-1)  # (B, H, T_q): rows with at least one allowed key; the others need only be finite
+    live = allowed.any(axis=-1)  # (B, H, T_q): rows with at least one allowed key
+    if not live.all():
+        # The lab's convention: a fully masked row fills every score with finfo.min, so its softmax is
+        # uniform over all T_k keys and its output is the mean of the value rows (never zeros, never NaN).
+        dead = ~live  # (B, H, T_q)
+        w_dead = as_numpy(attn)[dead]  # (n_dead, T_k)
+        if not np.allclose(w_dead, 1.0 / T_k, atol=10 * tol, rtol=0):
+            zeros = np.allclose(w_dead, 0.0, atol=10 * tol)
+            fail(what, "a fully masked row's weights are " + ("all zero" if zeros else
+                 f"not uniform (range {w_dead.min():.3g} .. {w_dead.max():.3g})"),
+                 ("Zeroing a NaN row (nan_to_num after a -inf softmax) is not the lab's convention. " if zeros else
+                  "An ADDITIVE finfo.min mask keeps the masked scores' differences (finfo.min + score), so a fully "
+                  "masked row is not uniform. ") +
+                 "A fully masked row must give uniform weights 1/T_k: REPLACE masked scores with "
+                 "torch.finfo(dtype).min (masked_fill / torch.where), do not add it.")
+        mean_v = np.broadcast_to(vn.mean(axis=-2, keepdims=True), (B, H, T_q, d_v))[dead]  # (n_dead, d_v)
+        if not np.allclose(as_numpy(out)[dead], mean_v, atol=10 * tol * max(1.0, float(np.abs(vn).max())), rtol=0):
+            fail(what, "a fully masked row's output is not the mean of the value rows",
+                 "Uniform weights 1/T_k give out = v.mean(dim=-2) on a fully masked row.")
     def weights_off(a: np.ndarray) -> str:  # a: (n_live, T_k), the live rows' weights
         sums = a.sum(-1)  # (n_live,)
         off = np.abs(sums - 1) > 10 * tol
@@ -131,7 +149,8 @@ def check_scaled_dot_product_attention(fn: Callable) -> None:
                               {"attn_mask": mask})
         dead_mask = torch.rand(B, 1, T_q, T_k, generator=gen) < 0.6  # (B, 1, T_q, T_k)
         dead_mask[..., 0] = True
-        dead_mask[0, 0, int(rng.integers(T_q)), :] = False  # a fully masked query row
+        row = int(rng.integers(T_q))
+        dead_mask[0, 0, row, :] = False  # a fully masked query row, in every run
         _check_attention_case(fn, q, k, v, dead_mask, f"{name}, a fully masked row, q {shape_str(q.shape)}", None)
 
 
