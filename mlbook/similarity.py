@@ -85,7 +85,23 @@ def normalise_words(text: str) -> tuple[str, list]:
 
 
 def _fingerprint(norm: str, boilerplate=None) -> CodeFingerprint:
-    return CodeFingerprint("cell.txt", K, WIN, boilerplate=boilerplate, filter=False, fp=io.StringIO(norm))
+    """copydetect's fingerprint of normalised text, boilerplate hashes removed.
+
+    Boilerplate is removed here, not through ``boilerplate=``: copydetect 0.5.0 passes
+    ``assume_unique=True`` to ``np.intersect1d`` on hashes that repeat, which raises
+    IndexError or drops the wrong ones."""
+    fp = CodeFingerprint("cell.txt", K, WIN, filter=False, fp=io.StringIO(norm))
+    if boilerplate:
+        drop = set(boilerplate) & set(fp.hashes)
+        fp.hashes = set(fp.hashes) - drop
+        for h in drop:
+            fp.hash_idx.pop(h, None)
+        covered = set()
+        for idxs in fp.hash_idx.values():
+            for i in idxs:
+                covered.update(range(int(i), int(i) + K))
+        fp.token_coverage = len(covered)
+    return fp
 
 
 def answer_cells(nb: dict) -> dict[str, Cell]:
@@ -125,7 +141,7 @@ class Pair:
 
 
 def compare_class(subs: dict[str, dict[str, Cell]], bp: dict[str, list]) -> list[Pair]:
-    fps = {s: {g: _fingerprint(c.norm, bp.get(g, bp.get("*"))) for g, c in cells.items() if c.norm}
+    fps = {s: {g: _fingerprint(c.norm, bp.get(g, bp.get("*"))) for g, c in cells.items() if len(c.norm) >= K + WIN}
            for s, cells in subs.items()}
     pairs = []
     for a, b in itertools.combinations(sorted(subs), 2):
