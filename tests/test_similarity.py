@@ -19,6 +19,7 @@ import pytest
 
 from mlbook.authoring.catalogue import load_catalogue, _reference_answers, _repository_source
 from mlbook.course import Course
+from mlbook.labs import lab_module
 from mlbook.authoring.notebooks import read_nb
 from mlbook import similarity
 
@@ -116,7 +117,13 @@ def build_class(lab: str):
     release = {"cells": [dict(c, source="".join(c["source"]) if isinstance(c["source"], list) else c["source"])
                          for c in release["cells"]]}
     reference = _reference_answers(_repository_source(lab))
-    alts = {a.name: dict(a.cells) for a in load_catalogue(lab).alternatives}
+    # Only whole cells written out are independent; patch(...) edits are near-copies of the reference.
+    raw = {a.name: a.cells for a in lab_module(lab, "catalogue").ALTERNATIVES}
+    alts = {a.name: {g: c for g, c in a.cells.items() if isinstance(raw[a.name][g], str)}
+            for a in load_catalogue(lab).alternatives}
+    alts = {n: c for n, c in alts.items() if c}
+    code_cells = {c["metadata"]["nbgrader"]["grade_id"] for c in release["cells"]
+                  if c["cell_type"] == "code" and c.get("metadata", {}).get("nbgrader", {}).get("grade_id")}
     independent = {**alts, **OWN[lab], "reference": reference}
     first, second = sorted(alts)[0], sorted(alts)[-1]
     some = sorted(reference)[0]
@@ -127,7 +134,7 @@ def build_class(lab: str):
         "copy-renamed": ({g: rename(c) for g, c in independent[first].items()}, first, False),
         "copy-reordered": ({g: commented(c) for g, c in independent[second].items()}, second, True),
         "copy-partial": ({partial_gid: independent[second][partial_gid]}, second, False),
-        "copy-reference": ({g: rename(c) for g, c in reference.items()}, "reference", False),
+        "copy-reference": ({g: rename(c) if g in code_cells else c for g, c in reference.items()}, "reference", False),
     }
     subs = {name: similarity.answer_cells(notebook(release, cells)) for name, cells in independent.items()}
     for name, (cells, _, reorder) in planted.items():
