@@ -234,18 +234,18 @@ def write_csv(path: Path, pairs: list[Pair]) -> Path:
 
 
 def run(course: Course, lab: str, threshold: float = DEFAULT_THRESHOLD, csv_path: Path | None = None,
-        html_path: Path | None = None) -> list[Pair]:
+        html_path: Path | None = None, echo=print) -> list[Pair]:
     subs, refused = read_class(course, lab)
     pairs = compare_class(subs, boilerplate(course, lab))
     html_path = html_path or course.exports_dir / f"similarity-{lab}.html"
     csv_path = csv_path or course.exports_dir / f"similarity-{lab}.csv"
-    print(f"{'pair':40} {'overall':>7}  matching cells")
+    echo(f"{'pair':40} {'overall':>7}  matching cells")
     for p in pairs:
         cells = ", ".join(f"{g} {s:.2f}" for g, (s, _, _) in p.cells.items() if s >= threshold)
         flag = "FLAG " if p.overall >= threshold else "     "
-        print(f"{flag}{p.a + ' / ' + p.b:35} {p.overall:7.2f}  {cells}")
+        echo(f"{flag}{p.a + ' / ' + p.b:35} {p.overall:7.2f}  {cells}")
     for who, why in sorted(refused.items()):
-        print(f"refused {who}: {why}")
-    print(f"wrote {write_html(html_path, lab, pairs, subs, threshold, refused)}")
-    print(f"wrote {write_csv(csv_path, pairs)}")
+        echo(f"refused {who}: {why}")
+    echo(f"wrote {write_html(html_path, lab, pairs, subs, threshold, refused)}")
+    echo(f"wrote {write_csv(csv_path, pairs)}")
     return pairs
