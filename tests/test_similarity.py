@@ -167,3 +167,19 @@ def test_html_escapes_student_text(tmp_path):
     page = similarity.write_html(tmp_path / "s.html", "lab", [pair], {"a<b>": {"x": cell}, "c": {"x": cell}},
                                  0.5, {}).read_text()
     assert "<script>" not in page and "&lt;script&gt;" in page and "a&lt;b&gt;" in page
+
+
+def test_the_similarity_page_is_inert_for_hostile_answers(tmp_path):
+    from test_inert_html import ANSWER, Page
+
+    code = similarity.Cell("c", "x = 1  # </pre><script>window.PWNED = 1</script>\n" * 4)
+    code.norm, code.spans = similarity.normalise_code(code.text)
+    words = similarity.Cell("w", ANSWER)
+    words.norm, words.spans = similarity.normalise_words(words.text)
+    subs = {"<img src=x onerror=alert(1)>": {"c": code, "w": words}, "b": {"c": code, "w": words}}
+    pairs = similarity.compare_class(subs, {"*": []})
+    assert pairs and pairs[0].overall >= similarity.DEFAULT_THRESHOLD  # the pair is shown side by side
+    page = Page()
+    page.feed(similarity.write_html(tmp_path / "s.html", "lab", pairs, subs, 0.5, {}).read_text())
+    assert not page.runnable and "script" not in page.tags
+    assert page.active == ["<style {}>"]  # the page's own stylesheet only; nothing from a student
