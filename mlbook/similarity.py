@@ -154,7 +154,7 @@ def compare_class(subs: dict[str, dict[str, Cell]], bp: dict[str, list]) -> list
             score = max(sa, sb)
             per[g] = (score, la, lb)
             num += overlap
-            den += min(fa.token_coverage, fb.token_coverage) or 1
+            den += (fa.token_coverage + fb.token_coverage) / 2 or 1  # symmetric: a shared prefix is not a copy
         pairs.append(Pair(a, b, num / den if den else 0.0, per))
     pairs.sort(key=lambda p: -p.overall)
     return pairs
