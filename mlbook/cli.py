@@ -274,6 +274,15 @@ def cmd_validate(args) -> int:
     return 1 if failed else 0
 
 
+def cmd_similarity(args) -> int:
+    from mlbook.similarity import run
+
+    course = _course(args)
+    for lab in course.resolve_labs([args.lab]):
+        run(course, lab, args.threshold, Path(args.csv) if args.csv else None, Path(args.html) if args.html else None)
+    return 0
+
+
 def cmd_demo(args) -> int:
     from mlbook.demo import run_demo
 
@@ -366,6 +375,13 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("validate", help="run a notebook's visible tests; non-zero exit on failure")
     s.add_argument("notebook")
     s.set_defaults(func=cmd_validate)
+
+    s = sub.add_parser("similarity", help="rank pairs of students by how alike their answer cells are (TA review; never grades)")
+    s.add_argument("lab")
+    s.add_argument("--threshold", type=float, default=0.6, help="flag pairs at or above this overall score (default 0.6)")
+    s.add_argument("--csv", help="CSV path (default: exports/similarity-<lab>.csv)")
+    s.add_argument("--html", help="HTML path (default: exports/similarity-<lab>.html, beside the report)")
+    s.set_defaults(func=cmd_similarity)
 
     s = sub.add_parser("demo", help="build, grade a demo class, export and print the results")
     s.add_argument("labs", nargs="*")

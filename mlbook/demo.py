@@ -185,6 +185,13 @@ def run_demo(course: Course, labs: list[str], echo=print) -> int:
     echo(f"grades CSV: {csv_path.relative_to(course.root)}   feedback: feedback/<student>/<lab>/<lab>.html")
     report = write_report(course, labs, course.exports_dir / "demo-report.html", list(STUDENTS))
     echo(f"report   {report.relative_to(course.root)} (open it in a browser; it works offline)")
+    from mlbook.similarity import DEFAULT_THRESHOLD, run as similarity_run
+
+    # The demo's mutant students (demo-cleo, demo-dev) hand in demo-ada's reference with one edit:
+    # copies, as far as a TA can tell; the similarity report must name them.
+    flagged = [p for p in similarity_run(course, first_lab, echo=lambda *_: None) if p.overall >= DEFAULT_THRESHOLD]
+    echo(f"similar  {first_lab}: " + ("; ".join(f"{p.a} / {p.b} {p.overall:.2f}" for p in flagged[:3]) or "none")
+         + f" (exports/similarity-{first_lab}.html; never changes a grade)")
     handback = write_handback(course, first_lab, "moodle", list(plans[first_lab]))
     echo(f"handback {handback.path.relative_to(course.root)}: {len(handback.files)} feedback pages for Moodle's "
          "\"Upload multiple feedback files in a zip\"")

@@ -257,7 +257,10 @@ extension (<code>mlbook extend</code>) is late only after it.</p>
 <section id="flags"><h2>Flagged for a TA</h2>
 <p>Graded as usual, with something a TA should look at: a renamed notebook matched by its cells, or a library
 function the task forbids (scores are not changed for it; see the lab's rule).</p>
-{flags_table(labs)}</section>
+{flags_table(labs)}
+{"".join(f'<p>Similar answers: <a href="similarity-{escape(d.lab)}.html">similarity-{escape(d.lab)}.html</a> '
+         f'(written beside this page by <code>mlbook similarity {escape(d.lab)}</code>; never changes a grade)</p>'
+         for d in labs)}</section>
 <section id="timing"><h2>Grading time</h2>
 {_figure("grading-time", figures.get("grading-time"), "Seconds to grade each submission")}
 {timing_table(labs)}</section>

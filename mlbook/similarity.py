@@ -1,0 +1,251 @@
+"""Similarity of students' answer cells, for a TA to review (issue 41). Never changes a grade.
+
+Engine: copydetect 0.5.0 (winnowing, Schleimer et al. 2003) through its Python API
+(``CodeFingerprint`` with ``fp=`` and ``boilerplate=``, ``compare_files``). compare50 is
+CLI-first and writes its own report; copydetect lets us feed normalised text per cell and
+pass the release notebook's given code and ``mlbook_helpers`` as boilerplate hashes. We write
+no fingerprinting ourselves: only the normalisation below (Python ``tokenize``: identifiers
+to one placeholder, comments/whitespace dropped, keywords, operators and numbers kept;
+written answers lowercased to words). Submissions are read through ``grading.intake.take``,
+the same hostile-input intake as grading; a refused folder is reported with its reason.
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import io
+import itertools
+import json
+import keyword
+import tokenize
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from copydetect import CodeFingerprint, compare_files
+
+from mlbook.course import Course
+from mlbook.grading import intake
+from mlbook.labs import settings
+
+K = 12  # k-gram length in normalised characters (one token is 1-3 characters)
+WIN = 4
+DEFAULT_THRESHOLD = 0.6
+MAX_BYTES = 5_000_000
+
+
+@dataclass
+class Cell:
+    grade_id: str
+    text: str  # the student's original cell text
+    norm: str = ""
+    spans: list = field(default_factory=list)  # norm char index -> (start, end) in text
+
+
+def normalise_code(text: str) -> tuple[str, list]:
+    out, spans = [], []
+    lines = text.splitlines(keepends=True)
+    starts = list(itertools.accumulate([0] + [len(l) for l in lines]))
+    try:
+        toks = list(tokenize.generate_tokens(io.StringIO(text).readline))
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        return normalise_words(text)
+    for t in toks:
+        if t.type in (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,
+                      tokenize.DEDENT, tokenize.ENDMARKER):
+            continue
+        if t.type == tokenize.NAME:
+            s = t.string if keyword.iskeyword(t.string) else "v"
+        elif t.type == tokenize.STRING:
+            s = "s"
+        else:
+            s = t.string
+        a = starts[t.start[0] - 1] + t.start[1] if t.start[0] - 1 < len(starts) else len(text)
+        b = starts[t.end[0] - 1] + t.end[1] if t.end[0] - 1 < len(starts) else len(text)
+        for ch in s:
+            out.append(ch)
+            spans.append((a, b))
+    return "".join(out), spans
+
+
+def normalise_words(text: str) -> tuple[str, list]:
+    out, spans, i = [], [], 0
+    word, start = [], 0
+    for i, ch in enumerate(text + " "):
+        if ch.isalnum():
+            if not word:
+                start = i
+            word.append(ch.lower())
+        elif word:
+            for c in "".join(word) + " ":
+                out.append(c)
+                spans.append((start, i))
+            word = []
+    return "".join(out), spans
+
+
+def _fingerprint(norm: str, boilerplate=None) -> CodeFingerprint:
+    """copydetect's fingerprint of normalised text, boilerplate hashes removed.
+
+    Boilerplate is removed here, not through ``boilerplate=``: copydetect 0.5.0 passes
+    ``assume_unique=True`` to ``np.intersect1d`` on hashes that repeat, which raises
+    IndexError or drops the wrong ones."""
+    fp = CodeFingerprint("cell.txt", K, WIN, filter=False, fp=io.StringIO(norm))
+    if boilerplate:
+        drop = set(boilerplate) & set(fp.hashes)
+        fp.hashes = set(fp.hashes) - drop
+        for h in drop:
+            fp.hash_idx.pop(h, None)
+        covered = set()
+        for idxs in fp.hash_idx.values():
+            for i in idxs:
+                covered.update(range(int(i), int(i) + K))
+        fp.token_coverage = len(covered)
+    return fp
+
+
+def answer_cells(nb: dict) -> dict[str, Cell]:
+    cells = {}
+    for c in nb.get("cells", []):
+        meta = (c.get("metadata") or {}).get("nbgrader") or {}
+        if meta.get("solution") and meta.get("grade_id"):
+            src = c.get("source", "")
+            text = "".join(src) if isinstance(src, list) else str(src)
+            cell = Cell(str(meta["grade_id"]), text)
+            fn = normalise_code if c.get("cell_type") == "code" else normalise_words
+            cell.norm, cell.spans = fn(text)
+            cells[cell.grade_id] = cell
+    return cells
+
+
+def boilerplate(course: Course, lab: str) -> dict[str, list]:
+    """Per grade id, the hashes of the release notebook's given text plus mlbook_helpers code."""
+    common = []
+    helpers = course.root / "mlbook_helpers"
+    for py in sorted(helpers.rglob("*.py")) if helpers.is_dir() else []:
+        common += list(_fingerprint(normalise_code(py.read_text(errors="replace"))[0]).hashes)
+    release = json.loads(course.release(lab).read_text())
+    out = {}
+    for gid, cell in answer_cells(release).items():
+        out[gid] = common + list(_fingerprint(cell.norm).hashes)
+    out["*"] = common
+    return out
+
+
+@dataclass
+class Pair:
+    a: str
+    b: str
+    overall: float
+    cells: dict  # grade_id -> (score, slices_a, slices_b)
+
+
+def compare_class(subs: dict[str, dict[str, Cell]], bp: dict[str, list]) -> list[Pair]:
+    fps = {s: {g: _fingerprint(c.norm, bp.get(g, bp.get("*"))) for g, c in cells.items() if len(c.norm) >= K + WIN}
+           for s, cells in subs.items()}
+    pairs = []
+    for a, b in itertools.combinations(sorted(subs), 2):
+        per, num, den = {}, 0.0, 0.0
+        for g in sorted(set(fps[a]) & set(fps[b])):
+            fa, fb = fps[a][g], fps[b][g]
+            if not fa.hashes or not fb.hashes:
+                continue
+            overlap, (sa, sb), (la, lb) = compare_files(fa, fb)
+            score = max(sa, sb)
+            per[g] = (score, la, lb)
+            num += overlap
+            den += (fa.token_coverage + fb.token_coverage) / 2 or 1  # symmetric: a shared prefix is not a copy
+        pairs.append(Pair(a, b, num / den if den else 0.0, per))
+    pairs.sort(key=lambda p: -p.overall)
+    return pairs
+
+
+def read_class(course: Course, lab: str) -> tuple[dict[str, dict[str, Cell]], dict[str, str]]:
+    subs, refused = {}, {}
+    for student in course.students(lab):
+        if not course.has_submission(student, lab):
+            continue
+        taken = intake.take(course, lab, student, MAX_BYTES)
+        try:
+            if taken.notebook is None:
+                refused[student] = taken.error
+                continue
+            try:
+                subs[student] = answer_cells(json.loads(taken.notebook.read_text()))
+            except (ValueError, UnicodeDecodeError) as exc:
+                refused[student] = f"not a notebook: {exc}"
+        finally:
+            intake.discard(course, student, lab)
+    return subs, refused
+
+
+def _mark(text: str, cell: Cell, slices) -> str:
+    marked = [False] * len(text)
+    for s, e in zip(*slices) if len(slices) == 2 else []:
+        for i in range(int(s), min(int(e), len(cell.spans))):
+            a, b = cell.spans[i]
+            for j in range(a, min(b, len(text))):
+                marked[j] = True
+    out, i = [], 0
+    while i < len(text):
+        j = i
+        while j < len(text) and marked[j] == marked[i]:
+            j += 1
+        chunk = html.escape(text[i:j])
+        out.append(f"<mark>{chunk}</mark>" if marked[i] else chunk)
+        i = j
+    return "".join(out)
+
+
+def write_html(path: Path, lab: str, pairs: list[Pair], subs, threshold: float, refused: dict) -> Path:
+    rows = ["<!doctype html><html><head><meta charset='utf-8'><title>Similarity " + html.escape(lab) +
+            "</title><style>pre{white-space:pre-wrap;background:#f6f6f6;padding:4px}"
+            "td{vertical-align:top;width:50%}mark{background:#ffd54f}</style></head><body>",
+            f"<h1>Similarity: {html.escape(lab)}</h1><p>For TA review only; scores never change grades. "
+            f"Threshold {threshold:g}.</p>"]
+    for who, why in sorted(refused.items()):
+        rows.append(f"<p>refused {html.escape(who)}: {html.escape(why)}</p>")
+    rows.append("<table border=1><tr><th>pair</th><th>overall</th><th>matching cells</th></tr>")
+    for p in pairs:
+        cells = ", ".join(f"{html.escape(g)} {s:.2f}" for g, (s, _, _) in p.cells.items() if s >= threshold)
+        rows.append(f"<tr><td>{html.escape(p.a)} / {html.escape(p.b)}</td><td>{p.overall:.2f}</td><td>{cells}</td></tr>")
+    rows.append("</table>")
+    for p in [p for p in pairs if p.overall >= threshold]:
+        rows.append(f"<h2>{html.escape(p.a)} / {html.escape(p.b)}: {p.overall:.2f}</h2><table>")
+        for g, (s, la, lb) in p.cells.items():
+            ca, cb = subs[p.a][g], subs[p.b][g]
+            rows.append(f"<tr><th colspan=2>{html.escape(g)} {s:.2f}</th></tr><tr><td><pre>{_mark(ca.text, ca, la)}"
+                        f"</pre></td><td><pre>{_mark(cb.text, cb, lb)}</pre></td></tr>")
+        rows.append("</table>")
+    rows.append("</body></html>")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(rows), encoding="utf-8")
+    return path
+
+
+def write_csv(path: Path, pairs: list[Pair]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["student_a", "student_b", "overall", "cells"])
+        for p in pairs:
+            w.writerow([p.a, p.b, f"{p.overall:.3f}", ";".join(f"{g}={s:.3f}" for g, (s, _, _) in p.cells.items())])
+    return path
+
+
+def run(course: Course, lab: str, threshold: float = DEFAULT_THRESHOLD, csv_path: Path | None = None,
+        html_path: Path | None = None, echo=print) -> list[Pair]:
+    subs, refused = read_class(course, lab)
+    pairs = compare_class(subs, boilerplate(course, lab))
+    html_path = html_path or course.exports_dir / f"similarity-{lab}.html"
+    csv_path = csv_path or course.exports_dir / f"similarity-{lab}.csv"
+    echo(f"{'pair':40} {'overall':>7}  matching cells")
+    for p in pairs:
+        cells = ", ".join(f"{g} {s:.2f}" for g, (s, _, _) in p.cells.items() if s >= threshold)
+        flag = "FLAG " if p.overall >= threshold else "     "
+        echo(f"{flag}{p.a + ' / ' + p.b:35} {p.overall:7.2f}  {cells}")
+    for who, why in sorted(refused.items()):
+        echo(f"refused {who}: {why}")
+    echo(f"wrote {write_html(html_path, lab, pairs, subs, threshold, refused)}")
+    echo(f"wrote {write_csv(csv_path, pairs)}")
+    return pairs
