@@ -167,12 +167,16 @@ def _call(function: Callable, args: tuple, kwargs: dict, seed: int):
 
 def _other_precision(value):
     """``value`` with every float32 tensor made float64 and every float64 one float32 (None: none to change)."""
+    import numpy as np
     import torch
 
     changed = False
 
     def swap(v):
         nonlocal changed
+        if isinstance(v, np.ndarray) and v.dtype in (np.float32, np.float64):
+            changed = True
+            return v.astype(np.float64 if v.dtype == np.float32 else np.float32)
         if isinstance(v, torch.Tensor) and v.dtype in (torch.float32, torch.float64):
             changed = True
             return v.detach().to(torch.float64 if v.dtype == torch.float32 else torch.float32)
