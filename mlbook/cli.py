@@ -290,6 +290,12 @@ def cmd_demo(args) -> int:
     return 1 if run_demo(course, course.resolve_labs(args.labs)) else 0
 
 
+def cmd_mutate(args) -> int:
+    from mlbook.mutation.report import run_command
+
+    return run_command(_course(args), args)
+
+
 def cmd_hub(args) -> int:
     from mlbook.hub.commands import run
 
@@ -382,6 +388,16 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--csv", help="CSV path (default: exports/similarity-<lab>.csv)")
     s.add_argument("--html", help="HTML path (default: exports/similarity-<lab>.html, beside the report)")
     s.set_defaults(func=cmd_similarity)
+
+    s = sub.add_parser("mutate", help="mutation analysis: grade every first-order mutant of a lab's reference answers")
+    s.add_argument("lab", help="the lab, e.g. lab01")
+    s.add_argument("--function", action="append", help="an answer cell (grade_id) or a function in one; repeatable")
+    s.add_argument("--limit", type=int, help="at most N mutants per answer cell, spread evenly")
+    s.add_argument("--seeds", type=int, default=3, help="MLBOOK_SEEDs each cell's own test cells run on (default 3)")
+    s.add_argument("--timeout", type=float, help="seconds a mutant may run (default: 5 x the reference's + 20)")
+    s.add_argument("--json", action="store_true", help="print every verdict as JSON instead of the table")
+    s.add_argument("--allow-survivors", action="store_true", help="exit 0 even when some mutant survived")
+    s.set_defaults(func=cmd_mutate)
 
     s = sub.add_parser("demo", help="build, grade a demo class, export and print the results")
     s.add_argument("labs", nargs="*")

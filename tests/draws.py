@@ -18,23 +18,15 @@ here names the ``MLBOOK_SEED`` that reproduces it in real grading.
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import io
 import os
-import socket
-import threading
-import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
-
-from mlbook_kernel import KernelSession, wire
 
 from mlbook.authoring.catalogue import load_catalogue
 from mlbook.authoring.notebooks import grade_id, is_answer, is_test, read_authored, reference_answers
-from mlbook.judge.plan import LabPlan, lab_plan
-from mlbook.judge.remote import RemoteSession
-from mlbook.judge.server import judge_cell
+from mlbook.judge.plan import lab_plan
+from mlbook.mutation.inprocess import DIRECT, decide_test_cell, judged, quiet, run_cell, seeded  # noqa: F401
 
 from draw_costs import COSTS
 from harness import REPO, packed
@@ -83,77 +75,8 @@ def members(lab: str, solution: str) -> str:
     return solution
 
 
-@contextlib.contextmanager
-def _seed(seed: int) -> Iterator[None]:
-    old = os.environ.get("MLBOOK_SEED")
-    os.environ["MLBOOK_SEED"] = str(seed)
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop("MLBOOK_SEED", None)
-        else:
-            os.environ["MLBOOK_SEED"] = old
-
-
-@contextlib.contextmanager
-def _quiet() -> Iterator[None]:
-    """What a cell prints and warns goes nowhere (nbgrader's IgnorePattern drops warnings in grading)."""
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), \
-            warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
-
-
-def _run(source: str, namespace: dict) -> str | None:
-    """Execute one cell; its error as the grader words it (``Type: message``), None when it did not raise."""
-    try:
-        with _quiet():
-            exec(compile(source, "<cell>", "exec"), namespace)  # noqa: S102 - the course's own cells
-    except BaseException as exc:  # noqa: BLE001 - a test cell's failure is data here
-        if isinstance(exc, KeyboardInterrupt):
-            raise
-        return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    return None
-
-
-def _judged(plan: LabPlan, gid: str, namespace: dict) -> str | None:
-    """The judge's verdict on test cell ``gid`` (its message, None when it passed), reached as in
-    grading: the check runs here and calls into ``namespace`` over the wire, whose kernel side a
-    thread answers. The measured process (lab 6's memory) is this one, as for a check run in-process."""
-    grader_end, kernel_end = socket.socketpair()
-    kernel = KernelSession(kernel_end, namespace)
-    thread = threading.Thread(target=kernel.serve, args=({"op": "hello", "lab": plan.lab, "cell": gid},),
-                              name=f"kernel-{gid}", daemon=True)
-    thread.start()
-    try:
-        wire.recv(grader_end)  # the hello
-        with _quiet():
-            verdict = judge_cell(plan, gid, RemoteSession(grader_end, memory_root=os.getpid()))
-        wire.send(grader_end, {"op": "done", "passed": verdict.passed, "message": verdict.message})
-    finally:
-        grader_end.close()  # a kernel side still waiting sees the judge gone
-        thread.join()
-    return None if verdict.passed else f"Misconception: {verdict.message}"  # as probe_cell raises it in the kernel
-
-
-# Test cells whose check cannot be decided here over the wire, run directly instead (their source
-# in the namespace, the student's function in this thread). Both measure memory, and in one process
-# a meter counts both sides of the wire: memory_sweep's check compares the kernel's own meter
-# (tracemalloc, process-wide) on probes it lends the kernel, which run on the judge's side; the
-# peak resident memory of chunked_attention and attention_backward_from_lse would count the wire's
-# copies of every argument and result on both sides, and the kernel thread's own malloc arena (in
-# grading the kernel is another process, and only its side counts).
-DIRECT = {"lab06_chunked_attention": {"test_memory_sweep_hidden", "test_chunked_attention_memory",
-                                      "test_attention_backward_from_lse_hidden"}}
-
-
-def _test_cell(plan: LabPlan, gid: str, namespace: dict) -> str | None:
-    """A test cell decided as grading decides it: the kernel runs its visible part, then the judge
-    its trusted source; the first failure's message, None when both passed."""
-    if gid in DIRECT.get(plan.lab, ()):
-        return _run(plan.cells[gid].source, namespace)
-    return _run(plan.cells[gid].visible, namespace) or _judged(plan, gid, namespace)
+# The in-process grading machinery lives in the package (``mlbook mutate`` grades mutants with it).
+_seed, _quiet, _run, _judged, _test_cell = seeded, quiet, run_cell, judged, decide_test_cell
 
 
 def draw_count(lab: str, cell: str, most: int, seconds_per_cell: float, least: int = 10) -> int:

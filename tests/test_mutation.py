@@ -1,0 +1,64 @@
+"""``mlbook mutate``: the engine's operators, its classification, and one graded function per lab.
+
+The full analysis (every answer cell of every lab) is a documented command (docs/mutation.md);
+here one cheap answer cell per lab must have no survivor, so a check that stops telling a wrong
+answer from the reference fails CI.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from harness import REPO
+from mlbook.mutation.engine import Raised, analyse_lab, difference
+from mlbook.mutation.operators import cell_mutants
+
+TINY = '''import torch
+def f(x, t, mask):
+    """Doc."""
+    ### BEGIN SOLUTION
+    w = torch.softmax(x, dim=-1)  # (T, T)
+    w = w.masked_fill(mask, 0.0)  # (T, T)
+    y = w[:, :t] * 2 + 1  # (T, t)
+    return y if t > 0 else torch.matmul(w, x)
+    ### END SOLUTION
+'''
+
+
+def test_the_engine_makes_every_operator_class_the_issue_names():
+    made = {m.operator for m in cell_mutants("f", TINY)}
+    # mutmut's: arithmetic/comparison swaps, constants, arguments dropped, assignments, ternaries
+    assert {"swap_op", "number", "arg_removal", "assignment", "if_exp"} <= made
+    # the four labelled additions
+    assert {"dim_changed", "slice_bound_shifted", "statement_removed", "call_arguments_swapped"} <= made
+
+
+def test_only_the_solution_region_is_mutated():
+    lines = {m.line for m in cell_mutants("f", TINY)}
+    assert lines and min(lines) >= 5 and max(lines) <= 8
+
+
+def test_difference_sees_a_changed_output_and_not_an_equal_one():
+    import torch
+
+    x = torch.arange(6.0).reshape(2, 3)
+    assert difference(x, x.clone()) is None
+    assert difference(x, x + 1e-3) is not None
+    assert difference(x, x.double()) is not None  # the dtype is part of the output
+    assert difference(Raised("ValueError"), Raised("ValueError")) is None
+    assert difference(Raised("ValueError"), x) is not None
+
+
+# one cheap answer cell per lab, analysed in full by its own checks
+ONE_PER_LAB = [("lab01_hand_attention", "project_qkv"), ("lab02_scaling", "effective_keys"),
+               ("lab03_masks", "causal_mask"), ("lab04_transformer_block", "split_heads"),
+               ("lab05_entropy_collapse", "attention_entropy"), ("lab06_chunked_attention", "attention_matrix_bytes")]
+
+
+@pytest.mark.parametrize(("lab", "cell"), ONE_PER_LAB, ids=[c for _, c in ONE_PER_LAB])
+def test_one_graded_function_per_lab_has_no_survivor(lab, cell):
+    (report,) = analyse_lab(REPO, lab, functions=[cell], seeds=2)
+    assert report.mutants > 0 and report.killed > 0
+    assert report.killed + report.equivalent + report.survived == report.mutants
+    survivors = [v for v in report.verdicts if v.status == "survived"]
+    assert not survivors, "\n".join(f"{v.mutant}\n{v.diff}\n{v.reason}\n{v.distinguishing_input}" for v in survivors)
