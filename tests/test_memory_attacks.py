@@ -163,6 +163,9 @@ def lab6_batch(tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="lab 6 still measures peak growth only: with referenced=True the reference's "
+                   "backward was charged ~8 MiB of round-trip pages at both lengths (over the absolute T x T rule); "
+                   "an idle round trip's baseline must be subtracted first")
 def test_prepared_buffers_lose_the_memory_points_and_nothing_else(lab6_batch):
     full = lab6_batch["bystander-a"]
     scores = {name: c.score for name, c in full.auto_cells.items()}

@@ -103,8 +103,7 @@ def _allocator_settled(root: int) -> Iterator[None]:
 def _measured_call(fn: Callable, args: tuple, kwargs: dict, what: str, root: int) -> tuple[Any, int]:
     """(the student's result, the growth of the submission's peak resident memory during the call)."""
     # In-process, the call runs here: this process's older children (a test runner's browser) are not the call's.
-    # referenced: pages the call read or wrote count wherever they were allocated (a buffer filled in advance too)
-    with procmem.TreePeak(root, only_new_descendants=root == os.getpid(), referenced=True) as peak:
+    with procmem.TreePeak(root, only_new_descendants=root == os.getpid()) as peak:
         got = call_student(fn, *args, what=what, **kwargs)
     return got, peak.bytes
 
