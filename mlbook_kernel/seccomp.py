@@ -19,6 +19,8 @@ Denied with EPERM (as if the sandbox user lacked the right):
   there for the next one in its slot to run);
 - reaching into another process: ``ptrace``, ``process_vm_readv``/``writev``, ``pidfd_getfd``,
   ``kcmp``, ``process_madvise``, ``process_mrelease``;
+- ``madvise`` with ``MADV_FREE``, ``MADV_COLD`` or ``MADV_PAGEOUT``: they would let a process
+  keep a buffer while moving it out of what lab 6's memory measurement sees (other advice runs);
 - new namespaces or leaving these: ``unshare``, ``setns``, and ``clone`` with any namespace
   flag (CLONE_NEWNS/NEWUTS/NEWIPC/NEWUSER/NEWPID/NEWNET/NEWCGROUP/NEWTIME; checked on clone's
   flags argument, whose low 32 bits are all the kernel reads); ``clone3`` fails with ENOSYS
@@ -92,6 +94,10 @@ DENIED: dict[str, tuple[int | None, int | None]] = {
     "open_by_handle_at": (304, 265), "name_to_handle_at": (303, 264),
 }
 CLONE, CLONE3, SOCKET, SOCKETPAIR, SECCOMP = (56, 220), (435, 435), (41, 198), (53, 199), (317, 277)
+MADVISE = (28, 233)
+# madvise advice that keeps a page's contents while pushing it out of the referenced/resident view
+# (lab 6 charges the pages a call references, mlbook.sandbox.procmem): denied, EPERM
+DENIED_ADVICE = {"MADV_FREE": 8, "MADV_COLD": 20, "MADV_PAGEOUT": 21}
 NAMESPACE_FLAGS = {"CLONE_NEWTIME": 0x80, "CLONE_NEWNS": 0x20000, "CLONE_NEWCGROUP": 0x02000000,
                    "CLONE_NEWUTS": 0x04000000, "CLONE_NEWIPC": 0x08000000, "CLONE_NEWUSER": 0x10000000,
                    "CLONE_NEWPID": 0x20000000, "CLONE_NEWNET": 0x40000000}
@@ -139,6 +145,7 @@ def program(machine: str | None = None) -> bytes:
     op(_JEQ, SOCKET[column], "family", 0)
     op(_JEQ, SOCKETPAIR[column], "family", 0)
     op(_JEQ, CLONE3[column], "enosys", 0)
+    op(_JEQ, MADVISE[column], "advice", 0)
     for numbers in DENIED.values():
         if numbers[column] is not None:
             op(_JEQ, numbers[column], "eperm", 0)
@@ -146,6 +153,11 @@ def program(machine: str | None = None) -> bytes:
     label("clone")
     op(_LD_W_ABS, _ARG0_LOW)
     op(_JSET, sum(NAMESPACE_FLAGS.values()), "eperm", 0)
+    op(_RET, SECCOMP_RET_ALLOW)
+    label("advice")
+    op(_LD_W_ABS, _ARG2_LOW)
+    for advice in DENIED_ADVICE.values():
+        op(_JEQ, advice, "eperm", 0)
     op(_RET, SECCOMP_RET_ALLOW)
     label("family")
     op(_LD_W_ABS, _ARG0_LOW)

@@ -89,11 +89,11 @@ import ctypes, errno, json, os, platform
 NR = {"x86_64": dict(add_key=248, request_key=249, keyctl=250, ptrace=101, process_vm_readv=310, pidfd_open=434,
                      pidfd_getfd=438, kcmp=312, bpf=321, perf_event_open=298, userfaultfd=323, unshare=272,
                      setns=308, clone=56, clone3=435, mount=165, io_uring_setup=425, init_module=175,
-                     open_by_handle_at=304, socket=41),
+                     open_by_handle_at=304, socket=41, madvise=28),
       "aarch64": dict(add_key=217, request_key=218, keyctl=219, ptrace=117, process_vm_readv=270, pidfd_open=434,
                       pidfd_getfd=438, kcmp=272, bpf=280, perf_event_open=241, userfaultfd=282, unshare=97,
                       setns=268, clone=220, clone3=435, mount=40, io_uring_setup=425, init_module=105,
-                      open_by_handle_at=265, socket=198)}[platform.machine()]
+                      open_by_handle_at=265, socket=198, madvise=233)}[platform.machine()]
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
 
@@ -131,6 +131,18 @@ got = {
     "socket(AF_INET6)": call("socket", 10, 1, 0), "socket(AF_UNIX)": call("socket", 1, 1, 0),
     "pidfd_open": call("pidfd_open", runner, 0),
 }
+import mmap
+page = mmap.mmap(-1, 4096)  # one anonymous page, to advise
+page[0] = 1
+address = ctypes.addressof(ctypes.c_char.from_buffer(page))
+for advice, number in (("MADV_FREE", 8), ("MADV_COLD", 20), ("MADV_PAGEOUT", 21), ("MADV_DONTNEED", 4)):
+    got[f"madvise({advice})"] = call("madvise", address, 4096, number)
+try:  # /proc is read-only: no process can clear the referenced bits or the peak the grader reads
+    with open("/proc/self/clear_refs", "w") as refs:
+        refs.write("1")
+    got["clear_refs"] = "OK"
+except OSError as exc:
+    got["clear_refs"] = errno.errorcode[exc.errno]
 done = []
 thread = threading.Thread(target=lambda: done.append(1)); thread.start(); thread.join()
 child = subprocess.Popen(["sleep", "30"])
@@ -227,6 +239,10 @@ def test_the_sandbox_denies_syscalls_whose_state_outlives_it(warm):
               "perf_event_open", "userfaultfd", "unshare(CLONE_NEWUSER)", "clone(CLONE_NEWUSER)", "setns", "mount",
               "io_uring_setup", "init_module", "open_by_handle_at"]
     assert {name: got[name] for name in denied} == {name: "EPERM" for name in denied}
+    for advice in ("MADV_FREE", "MADV_COLD", "MADV_PAGEOUT"):
+        assert got[f"madvise({advice})"] == "EPERM", advice
+    assert got["madvise(MADV_DONTNEED)"] == "OK", "advice that drops a page's contents stays allowed"
+    assert got["clear_refs"] == "EROFS", "the sandbox's /proc must be read-only"
     assert got["clone3"] == "ENOSYS", "clone3 must fail so that libc falls back to clone, whose flags are checked"
     for family in ("AF_VSOCK", "AF_PACKET", "AF_NETLINK, NETLINK_KOBJECT_UEVENT"):
         assert got[f"socket({family})"] == "EAFNOSUPPORT", family

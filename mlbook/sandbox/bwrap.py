@@ -90,7 +90,9 @@ def command(inner: list[str], submission: Path, socket_path: Path, uid: int, scr
             argv += ["--symlink", os.readlink(host), str(host)]
         elif host.is_dir():
             argv += ["--ro-bind", str(host), str(host)]
-    argv += ["--dev", "/dev", "--proc", "/proc"]
+    # /proc read-only: no process of the submission can write its clear_refs (clear the referenced
+    # bits or the peak that lab 6's measurement reads from the host's /proc) or any other /proc file
+    argv += ["--dev", "/dev", "--proc", "/proc", "--remount-ro", "/proc"]
     # Writable scratch first: a read-only path below /tmp (a venv in a temporary clone) must be
     # mounted on top of the /tmp tmpfs, not hidden by it.
     argv += ["--perms", "0755", "--dir", str(Path(HOME).parent)]

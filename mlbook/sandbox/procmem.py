@@ -31,8 +31,14 @@ them at start (``MALLOC_MMAP_THRESHOLD_`` and ``MALLOC_TRIM_THRESHOLD_`` in
 ``TreePeak`` sets the same with ``mallopt``, and a check measuring in-process should call
 ``settle_own_allocator(release=True)`` once, then warm the function up, before measuring.
 
-What resident memory cannot show: memory that was already resident before the call and is
-reused during it (a buffer filled in advance), data kept outside any process (a file in the
+With ``referenced`` (lab 6), each process is also charged the pages of its writable mappings
+that the call READ OR WROTE, wherever they were allocated: before the call ``clear_refs`` <-
+``"1"`` clears the referenced bits of all its pages, after it ``Referenced:`` is summed over
+the writable mappings of ``/proc/<pid>/smaps``, and the larger of that and the peak growth
+counts. A buffer made resident before the call (a global tensor, a numpy array, a bytearray,
+an mmap, a C extension's or a child process's buffer) and reused during it is charged.
+
+What this cannot show: data kept outside any process (a file in the
 sandbox's tmpfs), and code pages a call maps for the first time (counted: warm a function up
 with one unmeasured call before measuring it).
 
@@ -165,12 +171,47 @@ def _memory(pid: int) -> tuple[int, int] | None:
     return values["VmRSS"], values["VmHWM"]
 
 
-def _reset_peak(pid: int) -> None:
+def _reset_peak(pid: int, referenced: bool = False) -> None:
+    """Reset ``pid``'s peak resident set (``"5"``) and, with ``referenced``, first clear the referenced
+    bits of all its pages (``"1"``), so that ``_referenced`` afterwards sees only what the call touched."""
     try:
-        with open(f"/proc/{pid}/clear_refs", "w", encoding="ascii") as f:
-            f.write("5")
+        for code in (("1", "5") if referenced else ("5",)):
+            with open(f"/proc/{pid}/clear_refs", "w", encoding="ascii") as f:
+                f.write(code)
     except OSError as exc:
         raise MeasurementError(f"cannot reset the peak of process {pid} (/proc/{pid}/clear_refs: {exc})") from None
+
+
+def _referenced(pid: int) -> int | None:
+    """Bytes of ``pid``'s WRITABLE mappings (anonymous or file-backed, private or shared) that were
+    referenced (read or written) since its bits were cleared; None for a process that is gone.
+
+    Writable only: code and read-only data of the interpreter and its libraries are touched by any
+    call and hold no answer's buffer (a buffer a call fills must be writable). MeasurementError when
+    ``/proc/<pid>/smaps`` cannot be read or has no ``Referenced:`` lines (a kernel without them)."""
+    try:
+        text = _read(f"/proc/{pid}/smaps")
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    except OSError as exc:
+        raise MeasurementError(f"cannot read /proc/{pid}/smaps: {exc}") from None
+    total, writable, seen = 0, False, False
+    for line in text.splitlines():
+        head = line.split(None, 2)
+        if not head:
+            continue
+        if "-" in head[0] and len(head) > 1 and len(head[1]) == 4:  # "start-end perms offset dev inode path"
+            writable = head[1][1] == "w"
+        elif head[0] == "Referenced:":
+            seen = True
+            if len(head) < 3 or head[2].strip() != "kB" or not head[1].isdigit():
+                raise MeasurementError(f"/proc/{pid}/smaps has an unexpected Referenced line")
+            if writable:
+                total += int(head[1]) * 1024
+    if not seen and text.strip():
+        raise MeasurementError(f"/proc/{pid}/smaps has no Referenced lines: this kernel cannot show the pages a call "
+                               f"touched")
+    return total
 
 
 def socket_peer(conn: socket.socket) -> int:
@@ -286,6 +327,7 @@ class TreePeak:
 
     root: int
     only_new_descendants: bool = False
+    referenced: bool = False
     bytes: int = field(default=0, init=False)
     _before: dict[int, _Proc] = field(default_factory=dict, init=False, repr=False)
     _base: dict[int, int] = field(default_factory=dict, init=False, repr=False)
@@ -304,7 +346,7 @@ class TreePeak:
         self._idle = {pid: proc.started for pid, proc in tree.items() if _memory(pid) is None}
         self._before = {pid: proc for pid, proc in tree.items() if pid not in self._idle}
         for pid in self._before:
-            _reset_peak(pid)
+            _reset_peak(pid, self.referenced)
         for pid, proc in self._before.items():
             mem = _memory(pid)
             if mem is None:
@@ -332,6 +374,11 @@ class TreePeak:
             if mem is None:
                 raise MeasurementError(f"process {pid} of the measured tree ended during the measurement")
             per[pid] = max(0, mem[1] - self._base[pid]) + PAGE_BYTES * max(0, now.child_faults - proc.child_faults)
+            if self.referenced:
+                touched = _referenced(pid)
+                if touched is None:
+                    raise MeasurementError(f"process {pid} of the measured tree ended during the measurement")
+                per[pid] = max(per[pid], touched)
         for pid, proc in after.items():
             if pid in self._before and proc.started == self._before[pid].started:
                 continue
@@ -343,13 +390,13 @@ class TreePeak:
         self.bytes = sum(per.values())
 
 
-def measure(root: int, call: Callable, *args: Any, only_new_descendants: bool = False,
+def measure(root: int, call: Callable, *args: Any, only_new_descendants: bool = False, referenced: bool = False,
             **kwargs: Any) -> tuple[Any, int]:
     """Run ``call(*args, **kwargs)``; return (its result, the peak memory growth of ``root``'s tree in bytes).
 
     Raises:
         MeasurementError: the tree could not be measured (see the module's docstring).
     """
-    with TreePeak(root, only_new_descendants=only_new_descendants) as peak:
+    with TreePeak(root, only_new_descendants=only_new_descendants, referenced=referenced) as peak:
         result = call(*args, **kwargs)
     return result, peak.bytes
