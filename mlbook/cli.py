@@ -245,9 +245,14 @@ def cmd_report(args) -> int:
 
 def cmd_release(args) -> int:
     from mlbook.authoring.release_zip import write_release_zip
+    from mlbook.lms.schedule import release_gate
 
     course = _course(args)
-    for lab in course.resolve_labs(args.labs):
+    labs = course.resolve_labs(args.labs)
+    warnings = {lab: release_gate(course, lab, early=args.now) for lab in labs}  # all refused before any is written
+    for lab in labs:
+        if warnings[lab]:
+            print(warnings[lab], file=sys.stderr)
         path = write_release_zip(course, lab, Path(args.output) / f"{lab}.zip" if args.output else None)
         print(f"wrote {path} (upload it to the LMS for students)")
     return 0
@@ -376,6 +381,8 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("release", help="write the zip students get from the LMS (exports/release/<lab>.zip)")
     s.add_argument("labs", nargs="*")
     s.add_argument("-o", "--output", help="folder for the zips (default: exports/release/)")
+    s.add_argument("--now", action="store_true",
+                   help="release before the lab's release date in course.toml (with a warning)")
     s.set_defaults(func=cmd_release)
 
     s = sub.add_parser("validate", help="run a notebook's visible tests; non-zero exit on failure")

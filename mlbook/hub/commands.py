@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 from mlbook.errors import MlbookError
@@ -38,9 +39,17 @@ def run(args, course) -> int:
         return run_demo(course, args)
     from mlbook.hub import exchange as ex
 
+    labs = course.resolve_labs(args.labs)
+    warnings = {}
+    if args.hub_command == "release":  # the schedule decides before the exchange is touched
+        from mlbook.lms.schedule import release_gate
+
+        warnings = {lab: release_gate(course, lab, early=args.now) for lab in labs}
     exchange = exchange_of(course, args.exchange, args.staff_group)
-    for lab in course.resolve_labs(args.labs):
+    for lab in labs:
         if args.hub_command == "release":
+            if warnings[lab]:
+                print(warnings[lab], file=sys.stderr)
             print(f"{lab}: released to {ex.release(course, lab, exchange)}")
         elif args.hub_command == "collect":
             report = ex.collect(course, lab, exchange)
@@ -71,6 +80,9 @@ def add_parser(sub) -> None:
                                                      f"inbound folder, else {DEFAULT_GROUP})")
         if name == "feedback":
             step.add_argument("--student", action="append")
+        if name == "release":
+            step.add_argument("--now", action="store_true",
+                              help="release before the lab's release date in course.toml (with a warning)")
     demo = steps.add_parser("demo", help="start a local demo hub (as root): an instructor, a TA, three students")
     demo.add_argument("--port", type=int, default=8000)
     demo.add_argument("--folder", default="/srv/mlbook-hub-demo", help="hub state, course copy and exchange")

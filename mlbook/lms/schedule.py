@@ -257,3 +257,41 @@ def sync_gradebook(course: Course, labs: list[str]) -> None:
             if assignment.duedate != wanted:
                 assignment.duedate = wanted
                 gb.db.commit()
+
+
+def release_gate(course: Course, lab: str, early: bool = False, now: dt.datetime | None = None) -> str | None:
+    """May ``lab`` be released now? The rule of ``mlbook release`` and ``mlbook hub release``.
+
+    A course without ``course.toml`` releases at once. Otherwise the schedule must be one that
+    ``mlbook check`` accepts (it reads, it names only real labs, this lab has a release and a
+    due date, due after release), and the lab's release date must have passed.
+
+    Args:
+        course: the course.
+        lab: the lab to release.
+        early: ``--now``: release before the release date (a warning instead of a refusal).
+        now: the current instant (aware); the clock's when None.
+    Returns:
+        None when the release is on schedule, or the warning to print when ``early`` overrides it.
+    Raises:
+        MlbookError: the schedule is refused, or the lab is not yet due for release and not ``early``.
+    """
+    schedule = read_schedule(course)
+    if schedule is None:
+        return None
+    known = set(course.labs())
+    problems = list(schedule.problems) + lab_problems(schedule, lab)
+    problems += [f"{SCHEDULE_NAME} schedules {other!r}, which is not a lab of this course"
+                 for other in schedule.labs if other not in known]
+    if problems:
+        raise MlbookError(f"{lab} is not released: {SCHEDULE_NAME} has {len(problems)} problem(s) that "
+                          f"`mlbook check` reports; fix them first: " + "; ".join(problems[:3]))
+    release = schedule.labs[lab].release
+    now = (now or dt.datetime.now(UTC)).astimezone(UTC)
+    if now >= release:
+        return None
+    when = schedule.local(release)
+    if not early:
+        raise MlbookError(f"{lab} is scheduled for release on {when} ({SCHEDULE_NAME}), not before: it is not "
+                          f"released now. Run again then, or add --now to release it early")
+    return f"warning: {lab} is scheduled for release on {when} ({SCHEDULE_NAME}); releasing it early (--now)"
