@@ -195,8 +195,10 @@ hidden.check_heads(split_heads, merge_heads)
 # `-inf` (a fully masked row gives a uniform row instead of `nan`).
 #
 # Write the heads and the attention yourself: this cell must not call torch's whole layer
-# (`nn.MultiheadAttention`, `F.multi_head_attention_forward`) or `F.scaled_dot_product_attention`.
-# The grader flags a cell that does for your TA, who decides what it earns.
+# (`nn.MultiheadAttention`, `F.multi_head_attention_forward`) or `F.scaled_dot_product_attention`,
+# and neither may any function, alias or import of yours that it uses, in whichever cell you
+# define it and under whatever name. The grader follows those names through the notebook and
+# flags a cell that reaches one of these calls for your TA, who decides what it earns.
 
 # %% nbgrader={"grade_id": "MultiHeadAttention", "solution": true}
 class MultiHeadAttention(nn.Module):
