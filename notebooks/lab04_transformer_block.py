@@ -225,7 +225,9 @@ class MultiHeadAttention(nn.Module):
         """Args:
             x_q: (B, T_q, d_model) the sequence that asks.
             x_kv: (B, T_k, d_model) the sequence that is read (x_q itself for self-attention).
-            mask: None, or bool broadcastable to (B, H, T_q, T_k), True where attention is allowed.
+            mask: None, or bool of shape (T_q, T_k), (B, 1, T_q, T_k) or (B, H, T_q, T_k) (any shape
+                that broadcasts to the scores), True where attention is allowed; each head and batch
+                row uses its own slice of the mask, and only size-1 dimensions are shared.
 
         Returns:
             out: (B, T_q, d_model), and attn: (B, H, T_q, T_k) the weights of every head.

@@ -31,6 +31,14 @@ MUTANTS += mutants_of("MultiHeadAttention", _MHA_CELLS, [
     ("mask-torch-convention",
      "the mask read with torch's convention (True = blocked) instead of the lab's (True = allowed)",
      patch("masked_fill(~mask,", "masked_fill(mask,"), r"allowed"),
+    ("mask-head0-for-all-heads",
+     "a (B, H, T_q, T_k) mask reduced to head 0's and broadcast over the heads: every head gets the same mask",
+     patch("masked_fill(~mask,", "masked_fill(~(mask[:, :1] if mask.dim() == 4 else mask),"), r"head 0's mask"),
+    ("mask-2d-unsupported", "only 4-D masks accepted: a 2-D (T_q, T_k) mask raises instead of broadcasting",
+     patch("        if mask is not None:\n",
+           "        if mask is not None:\n"
+           "            if mask.dim() != 4:\n"
+           "                raise ValueError('mask must be (B, H, T_q, T_k)')\n"), r"2-D \(T_q, T_k\) mask"),
 ], demo={"scale-by-sqrt-dmodel"})
 MUTANTS += mutants_of("load_from_torch", _MHA_CELLS, [
     ("load-transposed", "in_proj_weight blocks transposed when copied into nn.Linear (both are (out, in))", (
@@ -232,7 +240,8 @@ ALTERNATIVES = [
             q, k, v = wq(x_q), wk(x_kv), wv(x_kv)
             s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
             if mask is not None:
-                s = s.masked_fill(~mask[:, h if mask.shape[1] > 1 else 0], float("-inf"))
+                m = mask.expand(x_q.shape[0], len(self.q), *s.shape[-2:])  # (B, H, T_q, T_k), any accepted shape
+                s = s.masked_fill(~m[:, h], float("-inf"))  # (B, T_q, T_k): head h's own mask
             a = torch.softmax(s, dim=-1)
             outs.append(a @ v)
             maps.append(a)
