@@ -106,6 +106,17 @@ MUTANTS += mutants_of("rope_step_scores", "test_rope_step", [
      "cached RoPE: the new token rotated by t + 1 (its 1-based index) instead of its 0-based position t",
      patch("at_t = torch.tensor([t])", "at_t = torch.tensor([t + 1])"), r"0-based"),
 ], demo={"rope-query-unrotated"})
+# dtypes (stated in the task text): angles in float64, the result in x's dtype; the hidden check's
+# float32 input at positions of several thousand tells both apart.
+MUTANTS += mutants_of("apply_rope", ("test_apply_rope_hidden",), [
+    ("rope-float32-angles", "theta_i and the angles computed in float32 (as Hugging Face's inv_freq), not float64",
+     (patch("    pair = torch.arange(d // 2, dtype=torch.float64)", "    pair = torch.arange(d // 2, dtype=torch.float32)"),
+      patch("torch.as_tensor(positions, dtype=torch.float64)", "torch.as_tensor(positions, dtype=torch.float32)")),
+     r"float32"),
+    ("rope-result-float64", "cos and sin left in float64: a float32 input comes back as float64",
+     patch("cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)", "cos, sin = angle.cos(), angle.sin()"),
+     r"returned float64 for a float32 input"),
+])
 MUTANTS += mutants_of("apply_rope", "test_apply_rope", [
     ("rope-wrong-layout", "the layouts exchanged: 'interleaved' asked, channels (i, i + d/2) paired (and vice versa)",
      patch('    if layout == "interleaved":\n', '    if layout == "half":\n', count=2), r"layout"),
