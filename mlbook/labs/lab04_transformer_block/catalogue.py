@@ -31,6 +31,9 @@ MUTANTS += mutants_of("MultiHeadAttention", _MHA_CELLS, [
     ("mask-torch-convention",
      "the mask read with torch's convention (True = blocked) instead of the lab's (True = allowed)",
      patch("masked_fill(~mask,", "masked_fill(mask,"), r"allowed"),
+], demo={"scale-by-sqrt-dmodel"})
+# The visible test uses no per-head or 2-D masks: these two are for the hidden check alone.
+MUTANTS += mutants_of("MultiHeadAttention", ("test_mha_hidden",), [
     ("mask-head0-for-all-heads",
      "a (B, H, T_q, T_k) mask reduced to head 0's and broadcast over the heads: every head gets the same mask",
      patch("masked_fill(~mask,", "masked_fill(~(mask[:, :1] if mask.dim() == 4 else mask),"), r"head 0's mask"),
@@ -39,7 +42,7 @@ MUTANTS += mutants_of("MultiHeadAttention", _MHA_CELLS, [
            "        if mask is not None:\n"
            "            if mask.dim() != 4:\n"
            "                raise ValueError('mask must be (B, H, T_q, T_k)')\n"), r"2-D \(T_q, T_k\) mask"),
-], demo={"scale-by-sqrt-dmodel"})
+])
 MUTANTS += mutants_of("load_from_torch", _MHA_CELLS, [
     ("load-transposed", "in_proj_weight blocks transposed when copied into nn.Linear (both are (out, in))", (
         patch("in_proj_weight[i * d:(i + 1) * d])", "in_proj_weight[i * d:(i + 1) * d].T)"),  # both weight copies
