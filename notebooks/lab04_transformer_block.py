@@ -195,8 +195,10 @@ hidden.check_heads(split_heads, merge_heads)
 # `-inf` (a fully masked row gives a uniform row instead of `nan`).
 #
 # Write the heads and the attention yourself: this cell must not call torch's whole layer
-# (`nn.MultiheadAttention`, `F.multi_head_attention_forward`) or `F.scaled_dot_product_attention`.
-# The grader flags a cell that does for your TA, who decides what it earns.
+# (`nn.MultiheadAttention`, `F.multi_head_attention_forward`) or `F.scaled_dot_product_attention`,
+# and neither may any function, alias or import of yours that it uses, in whichever cell you
+# define it and under whatever name. The grader follows those names through the notebook and
+# flags a cell that reaches one of these calls for your TA, who decides what it earns.
 
 # %% nbgrader={"grade_id": "MultiHeadAttention", "solution": true}
 class MultiHeadAttention(nn.Module):
@@ -223,7 +225,9 @@ class MultiHeadAttention(nn.Module):
         """Args:
             x_q: (B, T_q, d_model) the sequence that asks.
             x_kv: (B, T_k, d_model) the sequence that is read (x_q itself for self-attention).
-            mask: None, or bool broadcastable to (B, H, T_q, T_k), True where attention is allowed.
+            mask: None, or bool of shape (T_q, T_k), (B, 1, T_q, T_k) or (B, H, T_q, T_k) (any shape
+                that broadcasts to the scores), True where attention is allowed; each head and batch
+                row uses its own slice of the mask, and only size-1 dimensions are shared.
 
         Returns:
             out: (B, T_q, d_model), and attn: (B, H, T_q, T_k) the weights of every head.
@@ -436,7 +440,10 @@ plt.show()
 # how you put the pairs back: a line or two each). The angle is `positions[t] * theta_i`, where
 # `positions` holds the *absolute* position of each row: `torch.arange(T)` for a whole
 # sequence, or `torch.tensor([p])` for a single new token at position p during cached decoding.
-# Compute the angles in float64 and cast cos and sin to x's dtype.
+# **dtypes:** compute theta_i and the angles in float64, whatever x's dtype, then cast cos and sin
+# to x's dtype: the result has x's dtype (float32 in, float32 out). Float32 angles are *not*
+# accepted: at positions of a few thousand they are off by about 1e-4 radians, and the grader
+# compares a float32 input at such positions within 1e-5 (float64 angles are off by < 1e-6 there).
 
 # %% nbgrader={"grade_id": "apply_rope", "solution": true}
 def apply_rope(x, positions, layout="interleaved", base=10000.0):
@@ -599,7 +606,9 @@ def rope_step_scores(q_new, k_new, k_cache, layout="interleaved"):
 for layout, P in (("interleaved", 0), ("half", 6)):
     full = (apply_rope(q16, pos16, layout) @ apply_rope(k16, pos16, layout).transpose(-2, -1)
             / math.sqrt(8))[None]  # (1, 2, 16, 16)
-    cache = apply_rope(k16[None, :, :P], torch.arange(P), layout)  # (B, H, P, d): the prompt's keys
+    # The prompt's keys (B, H, P, d); an empty prompt is the empty cache itself, so this test never asks
+    # apply_rope for T = 0 (nor does rope_step_scores: it rotates only the one new token).
+    cache = apply_rope(k16[None, :, :P], torch.arange(P), layout) if P else k16[None, :, :0]  # (1, 2, P, d)
     for t in range(P, 16):
         step, cache = rope_step_scores(q16[None, :, t:t + 1], k16[None, :, t:t + 1], cache, layout)
         expect_shape(step, (1, 2, 1, t + 1), f"{layout}: scores at step {t}", "One row: keys 0..t (the cache and the new key).")

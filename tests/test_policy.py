@@ -78,3 +78,63 @@ def test_graded_as_usual_and_flagged_in_the_status_and_the_report(tmp_path):
     assert "multi_head_attention_forward" in result.warning
     page = write_report(course, [LAB]).read_text()
     assert "Flagged for a TA" in page and "multi_head_attention_forward" in page
+
+
+def _with_cell_before(answer_cells, extra_source):
+    """The reference notebook with ``answer_cells`` filled in and a student's own code cell,
+    holding ``extra_source``, inserted just before the MultiHeadAttention answer cell."""
+    import nbformat
+
+    from mlbook.authoring.notebooks import grade_id
+
+    nb = _with(answer_cells)
+    at = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code" and grade_id(c) == "MultiHeadAttention")
+    nb.cells.insert(at, nbformat.v4.new_code_cell(extra_source))
+    return nb
+
+
+# forward() hands the attention itself to a name defined elsewhere; each case below defines it differently.
+CALLS_HELPER = DELEGATING.replace("F.multi_head_attention_forward(", "attend(")
+
+
+def test_a_helper_defined_in_another_cell_is_followed():
+    helper = "def attend(*args, **kwargs):\n    return F.multi_head_attention_forward(*args, **kwargs)\n"
+    warning = shortcuts(LAB, _with_cell_before({"MultiHeadAttention": CALLS_HELPER}, helper))
+    assert "MultiHeadAttention uses multi_head_attention_forward" in warning
+
+
+def test_an_alias_and_an_import_alias_are_followed():
+    alias = "attend = F.multi_head_attention_forward\n"
+    assert "multi_head_attention_forward" in shortcuts(LAB, _with_cell_before({"MultiHeadAttention": CALLS_HELPER}, alias))
+    imported = "import torch.nn.functional as G\nattend = getattr(G, 'multi_head_' + 'attention_forward')\n"
+    assert "multi_head_attention_forward" in shortcuts(LAB, _with_cell_before({"MultiHeadAttention": CALLS_HELPER}, imported))
+    lam = "attend = lambda *a, **k: G.multi_head_attention_forward(*a, **k)\nimport torch.nn.functional as G\n"
+    assert "multi_head_attention_forward" in shortcuts(LAB, _with_cell_before({"MultiHeadAttention": CALLS_HELPER}, lam))
+
+
+def test_a_nested_helper_two_cells_away_is_followed():
+    nb = _with_cell_before({"MultiHeadAttention": CALLS_HELPER}, "def attend(*a, **k):\n    return _inner(*a, **k)\n")
+    import nbformat
+
+    nb.cells.insert(1, nbformat.v4.new_code_cell(
+        "class _Impl:\n    @staticmethod\n    def go(*a, **k):\n        return F.scaled_dot_product_attention(*a, **k)\n"
+        "_inner = _Impl.go\n"))
+    assert "MultiHeadAttention uses scaled_dot_product_attention" in shortcuts(LAB, nb)
+
+
+def test_a_legitimate_answer_beside_cells_that_use_the_library_is_not_flagged():
+    # A scratch cell compares with torch's layer under names the answer also uses as locals
+    # (mask, out, attn, F itself is imported there again): none of it is reached from the answer.
+    scratch = ("import torch.nn.functional as F\n"
+               "mask = None\n"
+               "ref = nn.MultiheadAttention(8, 2, batch_first=True)\n"
+               "out, attn = ref(torch.zeros(1, 3, 8), torch.zeros(1, 3, 8), torch.zeros(1, 3, 8))\n"
+               "def compare(q, k, v):\n    return F.scaled_dot_product_attention(q, k, v)\n")
+    nb = _with_cell_before({}, scratch)
+    assert shortcuts(LAB, nb) == ""
+    # The same scratch cell, when the answer does call compare(), is reached.
+    source = read_nb(REPO.source(LAB))
+    answer = reference_answers(source)["MultiHeadAttention"]
+    assert "def forward" in answer
+    calling = answer.replace("def forward(", "def _unused(self):\n        return compare(1, 2, 3)\n\n    def forward(", 1)
+    assert "scaled_dot_product_attention" in shortcuts(LAB, _with_cell_before({"MultiHeadAttention": calling}, scratch))

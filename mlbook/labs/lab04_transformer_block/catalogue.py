@@ -32,6 +32,17 @@ MUTANTS += mutants_of("MultiHeadAttention", _MHA_CELLS, [
      "the mask read with torch's convention (True = blocked) instead of the lab's (True = allowed)",
      patch("masked_fill(~mask,", "masked_fill(mask,"), r"allowed"),
 ], demo={"scale-by-sqrt-dmodel"})
+# The visible test uses no per-head or 2-D masks: these two are for the hidden check alone.
+MUTANTS += mutants_of("MultiHeadAttention", ("test_mha_hidden",), [
+    ("mask-head0-for-all-heads",
+     "a (B, H, T_q, T_k) mask reduced to head 0's and broadcast over the heads: every head gets the same mask",
+     patch("masked_fill(~mask,", "masked_fill(~(mask[:, :1] if mask.dim() == 4 else mask),"), r"head 0's mask"),
+    ("mask-2d-unsupported", "only 4-D masks accepted: a 2-D (T_q, T_k) mask raises instead of broadcasting",
+     patch("        if mask is not None:\n",
+           "        if mask is not None:\n"
+           "            if mask.dim() != 4:\n"
+           "                raise ValueError('mask must be (B, H, T_q, T_k)')\n"), r"2-D \(T_q, T_k\) mask"),
+])
 MUTANTS += mutants_of("load_from_torch", _MHA_CELLS, [
     ("load-transposed", "in_proj_weight blocks transposed when copied into nn.Linear (both are (out, in))", (
         patch("in_proj_weight[i * d:(i + 1) * d])", "in_proj_weight[i * d:(i + 1) * d].T)"),  # both weight copies
@@ -98,6 +109,17 @@ MUTANTS += mutants_of("rope_step_scores", "test_rope_step", [
      "cached RoPE: the new token rotated by t + 1 (its 1-based index) instead of its 0-based position t",
      patch("at_t = torch.tensor([t])", "at_t = torch.tensor([t + 1])"), r"0-based"),
 ], demo={"rope-query-unrotated"})
+# dtypes (stated in the task text): angles in float64, the result in x's dtype; the hidden check's
+# float32 input at positions of several thousand tells both apart.
+MUTANTS += mutants_of("apply_rope", ("test_apply_rope_hidden",), [
+    ("rope-float32-angles", "theta_i and the angles computed in float32 (as Hugging Face's inv_freq), not float64",
+     (patch("    pair = torch.arange(d // 2, dtype=torch.float64)", "    pair = torch.arange(d // 2, dtype=torch.float32)"),
+      patch("torch.as_tensor(positions, dtype=torch.float64)", "torch.as_tensor(positions, dtype=torch.float32)")),
+     r"float32"),
+    ("rope-result-float64", "cos and sin left in float64: a float32 input comes back as float64",
+     patch("cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)", "cos, sin = angle.cos(), angle.sin()"),
+     r"returned float64 for a float32 input"),
+])
 MUTANTS += mutants_of("apply_rope", "test_apply_rope", [
     ("rope-wrong-layout", "the layouts exchanged: 'interleaved' asked, channels (i, i + d/2) paired (and vice versa)",
      patch('    if layout == "interleaved":\n', '    if layout == "half":\n', count=2), r"layout"),
@@ -232,7 +254,8 @@ ALTERNATIVES = [
             q, k, v = wq(x_q), wk(x_kv), wv(x_kv)
             s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
             if mask is not None:
-                s = s.masked_fill(~mask[:, h if mask.shape[1] > 1 else 0], float("-inf"))
+                m = mask.expand(x_q.shape[0], len(self.q), *s.shape[-2:])  # (B, H, T_q, T_k), any accepted shape
+                s = s.masked_fill(~m[:, h], float("-inf"))  # (B, T_q, T_k): head h's own mask
             a = torch.softmax(s, dim=-1)
             outs.append(a @ v)
             maps.append(a)

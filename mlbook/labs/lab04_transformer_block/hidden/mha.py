@@ -52,6 +52,8 @@ def _np_mha(xq: np.ndarray, xkv: np.ndarray, allowed: np.ndarray | None, P: dict
         bq, bk, bv = (np.zeros_like(b) for b in (bq, bk, bv))
     if variant == "mask_inverted" and allowed is not None:
         allowed = ~allowed
+    if variant == "mask_head0" and allowed is not None and allowed.ndim == 4:
+        allowed = allowed[:, :1]  # (B, 1, T_q, T_k): head 0's mask broadcast over every head
     q, k, v = xq @ Wq.T + bq, xkv @ Wk.T + bk, xkv @ Wv.T + bv  # (B, T_q, d), (B, T_k, d), (B, T_k, d)
     if variant == "direct_view":
         q, k, v = q.reshape(B, H, Tq, dh), k.reshape(B, H, Tk, dh), v.reshape(B, H, Tk, dh)
@@ -104,6 +106,8 @@ MASK_VARIANTS = {
                      "attention is ALLOWED, so fill the scores where the mask is False",
     "fill_zero": "the masked scores were set to 0 (or the scores multiplied by the mask), and exp(0) still gives those "
                  "keys weight: fill them with -inf or torch.finfo(scores.dtype).min before the softmax",
+    "mask_head0": "every head was masked with head 0's mask: a (B, H, T_q, T_k) mask gives each head its own "
+                  "mask; apply it as given and let only its size-1 dimensions broadcast",
 }
 
 
@@ -183,6 +187,14 @@ def _mha_cases(rng: np.random.Generator) -> list[dict]:
              cross=True, mask="padding", bias=True),
         dict(name="self-attention with bias=False and a causal mask", T_q=T, T_k=T, cross=False, mask="causal",
              bias=False),
+        # Every shape the docstring accepts, with masks that differ per head and per batch row in
+        # every draw (see _varied_mask): broadcasting over heads, or a 2-D mask, is exercised.
+        dict(name=f"cross-attention with a 2-D (T_q, T_k) mask, T_q = {T} and T_k = {T_k}", T_q=T, T_k=T_k,
+             cross=True, mask="2d", bias=True),
+        dict(name="self-attention with a (B, 1, T_q, T_k) mask that differs per batch row", T_q=T, T_k=T,
+             cross=False, mask="per_batch", bias=True),
+        dict(name=f"cross-attention with a (B, H, T_q, T_k) mask that differs per head and batch row, "
+                  f"T_q = {T} and T_k = {T_k}", T_q=T, T_k=T_k, cross=True, mask="per_head", bias=True),
     ]
     for c in cases:
         c.update(H=H, dh=dh, B=B)
@@ -199,7 +211,30 @@ def _mha_masks(case: dict, rng: np.random.Generator) -> tuple[torch.Tensor | Non
         lengths = rng.integers(1, T_k, size=B)  # every sequence keeps >= 1 key and has >= 1 pad
         is_pad = torch.from_numpy(np.arange(T_k)[None, :] >= lengths[:, None])  # (B, T_k)
         return (~is_pad)[:, None, None, :], {"key_padding_mask": is_pad}  # (B, 1, 1, T_k)
+    if case["mask"] in _VARIED_SHAPES:
+        B_m, H_m = _VARIED_SHAPES[case["mask"]](B, case["H"])
+        allowed = _varied_mask(B_m, H_m, T_q, T_k, rng)  # (B_m, H_m, T_q, T_k)
+        blocked = (~allowed).expand(B, case["H"], T_q, T_k).reshape(B * case["H"], T_q, T_k)  # (B*H, T_q, T_k)
+        return (allowed[0, 0] if case["mask"] == "2d" else allowed), {"attn_mask": blocked}
     return None, {}
+
+
+# Mask kind -> the (batch, head) sizes of the mask given (B, H); "2d" is then passed as (T_q, T_k).
+_VARIED_SHAPES = {"2d": lambda B, H: (1, 1), "per_batch": lambda B, H: (B, 1), "per_head": lambda B, H: (B, H)}
+
+
+def _varied_mask(B: int, H: int, T_q: int, T_k: int, rng: np.random.Generator) -> torch.Tensor:
+    """A random mask (True = attend) in which every (batch, head) slice differs from its neighbours.
+
+    Row q of slice (b, h) always allows key (q + b + h) % T_k and always blocks key (q + b + h + 1) % T_k
+    (T_k >= 4), so every row keeps an allowed key and neighbouring heads and batch rows disagree
+    on that key in every draw, not by chance.
+    """
+    allowed = rng.random((B, H, T_q, T_k)) < 0.6  # (B, H, T_q, T_k)
+    b, h, q = np.meshgrid(np.arange(B), np.arange(H), np.arange(T_q), indexing="ij")  # each (B, H, T_q)
+    allowed[b, h, q, (q + b + h) % T_k] = True
+    allowed[b, h, q, (q + b + h + 1) % T_k] = False
+    return torch.from_numpy(allowed)
 
 
 def check_mha(MultiHeadAttention: type, load_from_torch: Callable, split_heads: Callable | None = None,
@@ -208,7 +243,8 @@ def check_mha(MultiHeadAttention: type, load_from_torch: Callable, split_heads: 
 
     Outputs must agree within atol 1e-5 + rtol 1e-4 and weights (per head) within atol 1e-5, for
     self-attention without a mask, with causal and key-padding masks, cross-attention with
-    T_q != T_k (with and without padding), and bias=False.
+    T_q != T_k (with and without padding), bias=False, and masks of every accepted shape,
+    (T_q, T_k), (B, 1, T_q, T_k) and (B, H, T_q, T_k), that differ per head and per batch row.
     """
     rng = fresh_rng()
     with torch.no_grad():  # the grader's reference; every weight is drawn from rng
@@ -258,7 +294,9 @@ def _check_mha_case(MHA: type, load: Callable, case: dict, rng: np.random.Genera
                                        for v, msg in MASK_VARIANTS.items()}, atol=1e-4, rtol=1e-3)
             fail(what, f"masked keys receive weight up to {leaked.max():.3g}",
                  found or "Fill the scores where the mask is False with -inf or torch.finfo(scores.dtype).min, "
-                          "before the softmax. " + MASK_CONVENTION)
+                          "before the softmax, with the mask as given: (T_q, T_k), (B, 1, T_q, T_k) and "
+                          "(B, H, T_q, T_k) all broadcast to the scores, and each head and batch row keeps its own "
+                          "mask. " + MASK_CONVENTION)
     out_ok = close(out_np, ref_out.numpy(), atol=MHA_ATOL, rtol=MHA_RTOL)
     attn_ok = close(attn_np, ref_w.numpy(), atol=MHA_ATOL, rtol=0)
     if out_ok and attn_ok:
