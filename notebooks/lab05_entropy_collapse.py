@@ -86,7 +86,9 @@ print(f"T = {task.T}, log T = {math.log(task.T):.3f}, causal ceiling = {CEILING:
 # A weight can be exactly 0: a causal mask sets every key after the query to 0, and a
 # saturated softmax underflows to 0 in float32. Then $A\log A = 0\cdot(-\infty)$, which is
 # `nan` in floating point, while the limit of $p\log p$ as $p\to 0$ is $0$. Your function must
-# count those terms as 0.
+# count those terms as 0. An epsilon inside the log, `log(A + eps)` or `log(A.clamp(min=eps))`
+# with `eps` at most `1e-5`, is accepted: it lowers a row's entropy by at most `T_k * eps`, and
+# the tests allow for that.
 #
 # `attention_entropy` takes the weights of one layer, shaped (B, H, T_q, T_k), and returns one
 # number per head: the entropy of each query's row, averaged over the batch and the queries.
@@ -114,18 +116,18 @@ uniform = torch.full((2, 3, 4, 5), 1 / 5)  # (B, H, T_q, T_k)
 h_uniform = attention_entropy(uniform)
 expect_shape(h_uniform, (3,), "attention_entropy of (2, 3, 4, 5) weights",
              "One value per head: average over the batch (axis 0) and the queries (axis 2), sum over the keys.")
-expect_close(h_uniform, [math.log(5)] * 3, "entropy of uniform rows over 5 keys", atol=1e-5,
+expect_close(h_uniform, [math.log(5)] * 3, "entropy of uniform rows over 5 keys", atol=2e-4,
              hint="Uniform rows give log T_k = 1.609 nats; 2.32 would be bits: use the natural log.")
 one_hot = torch.zeros(2, 3, 4, 5)
 one_hot[..., 2] = 1.0  # (B, H, T_q, T_k): every query reads key 2 only
 h_one_hot = attention_entropy(one_hot)
 expect_finite(h_one_hot, "entropy of one-hot rows", "0 * log 0 is nan in floating point; count those terms as 0.")
-expect_close(h_one_hot, [0.0] * 3, "entropy of one-hot rows", atol=1e-6, hint="A one-hot row has entropy 0.")
+expect_close(h_one_hot, [0.0] * 3, "entropy of one-hot rows", atol=2e-4, hint="A one-hot row has entropy 0.")
 causal = torch.tril(torch.ones(6, 6)) / torch.arange(1, 7).unsqueeze(1)  # (T, T): uniform over keys 0..i
 h_causal = attention_entropy(causal[None, None])  # (1,)
 expect_finite(h_causal, "entropy of uniform causal weights",
               "The masked weights are exactly 0 and 0 * log 0 gave nan: count those terms as 0.")
-expect_close(h_causal, [causal_ceiling(6)], "entropy of uniform causal weights over T = 6", atol=1e-5,
+expect_close(h_causal, [causal_ceiling(6)], "entropy of uniform causal weights over T = 6", atol=2e-4,
              hint="Row i is uniform over i + 1 keys: the mean of log(i + 1). Average over the queries, not the keys.")
 lesson_row = torch.tensor([0.401, 0.401, 0.198]).reshape(1, 1, 1, 3)  # the lesson's weights for 'bag'
 expect_close(attention_entropy(lesson_row), [1.054], "entropy of the lesson's row (0.401, 0.401, 0.198)",
@@ -331,7 +333,10 @@ for factor in (1.0, 10.0):
 # * log at every step $s$ in `0, log_every, 2·log_every, … ≤ steps`, that is after $s$ updates
 #   (step 0 is the untrained model): the loss on the evaluation batch and, for each layer,
 #   the mean over heads of `attention_entropy` on the evaluation batch, under
-#   `torch.no_grad()`.
+#   `torch.no_grad()`. The value logged at step $s$ is that of the model **after update $s$**
+#   (and after its `qk_decay`), measured on the **evaluation batch**, never on the training
+#   batch of the update: the hidden tests replay your updates and compare the losses you log
+#   with the evaluation batch's, step by step.
 #
 # Return a dict with `"step"` (list of ints), `"loss"` (list of floats) and `"entropy"` (a list
 # with one list of per-layer floats per logged step).

@@ -110,6 +110,22 @@ MUTANTS += mutants_of("train_copy_task", ("test_train_copy_task_hidden",), [
     ("train-no-zero-grad", "optimiser.zero_grad() never called, so the gradients add up from update to update",
      patch("        optimiser.zero_grad()\n", ""), r"zero_grad"),
 ])
+# What is logged, on which batch and when: only the grader's replay of the logged losses can tell.
+_LOG_AT_END = "        if step % log_every == 0:\n            log(step)\n"
+MUTANTS += mutants_of("train_copy_task", ("test_train_copy_task_hidden",), [
+    ("train-logs-training-batch", "the loss and entropy logged on the update's training batch instead of the "
+     "evaluation batch", (patch("    def log(step):\n", "    def log(step, eval_x=eval_x, eval_y=eval_y):\n"),
+                          patch("            log(step)\n", "            log(step, x, y)\n")), r"training batch"),
+    ("train-logs-before-update", "step s logged before update s, so it shows the model after s - 1 updates",
+     (patch(_LOG_AT_END, ""),
+      patch("        x, y = task.batch(batch_size, gen)  # (B, T), (B, T)\n",
+            "        if step % log_every == 0:\n            log(step)\n"
+            "        x, y = task.batch(batch_size, gen)  # (B, T), (B, T)\n")), r"before the update"),
+    ("train-logs-one-late", "step s logged after update s + 1 (the log of step 0 taken after the first update)",
+     (patch("    log(0)\n", ""),
+      patch(_LOG_AT_END, "        if (step - 1) % log_every == 0:\n            log(step - 1)\n"
+                         "    if steps % log_every == 0:\n        log(steps)\n")), r"s \+ 1 updates"),
+])
 MUTANTS += mutants_of("sink_mass", "test_sink_mass", [
     ("sink-counts-query-0", "query 0, which under a causal mask can only read key 0, counted in the sink mass",
      patch(_ON_FIRST_KEY, "attn[:, :, :, 0]"), r"query 0"),
@@ -153,6 +169,37 @@ ALTERNATIVES = [
     return -terms.sum(dim=-1).mean(dim=(0, 2))
 ''',
     }),
+    Alternative(name="entropy-log-eps-1e-5",
+                description="an epsilon of 1e-5 inside the log, which lowers each row by at most T_k * 1e-5",
+                cells={
+        "attention_entropy": _ENTROPY_DEF + '''    return -(attn * torch.log(attn + 1e-5)).sum(dim=-1).mean(dim=(0, 2))
+''',
+    }),
+    Alternative(name="entropy-log-eps-1e-8",
+                description="an epsilon of 1e-8 inside the log", cells={
+        "attention_entropy": _ENTROPY_DEF + '''    return -(attn * torch.log(attn + 1e-8)).sum(dim=-1).mean(dim=(0, 2))
+''',
+    }),
+    Alternative(name="entropy-clamp-1e-5",
+                description="the weights clamped to at least 1e-5 inside the log only", cells={
+        "attention_entropy": _ENTROPY_DEF + '''    return -(attn * attn.clamp(min=1e-5).log()).sum(dim=-1).mean(dim=(0, 2))
+''',
+    }),
+    Alternative(name="train-no-grad-eval-toggle",
+                description="logging through a log_softmax loss under torch.no_grad() with model.eval()/train() "
+                            "toggles, after the optional decay",
+                cells={"train_copy_task": patch('''        with torch.no_grad():
+            logits, attns = model(eval_x)  # (B, T, vocab), per layer (B, H, T, T)
+            history["step"].append(step)
+            history["loss"].append(copy_loss(logits, eval_y).item())''', '''        model.eval()
+        with torch.no_grad():
+            logits, attns = model(eval_x)  # (B, T, vocab), per layer (B, H, T, T)
+            logp = torch.log_softmax(logits, dim=-1)  # (B, T, vocab)
+            history["step"].append(step)
+            nll = torch.nn.functional.nll_loss(logp.flatten(0, 1), eval_y.flatten(), ignore_index=-100)  # ()
+            history["loss"].append(float(nll))
+        model.train()
+        with torch.no_grad():''')}),
     Alternative(name="entropy-categorical",
                 description="entropy of torch.distributions.Categorical(probs=attn), one distribution per row", cells={
         "attention_entropy": _ENTROPY_DEF + '''    return torch.distributions.Categorical(probs=attn).entropy().mean(dim=(0, 2))

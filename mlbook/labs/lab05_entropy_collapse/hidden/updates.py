@@ -38,18 +38,26 @@ def _decay(model: TinyDecoder, factor: float, with_v: bool = False) -> None:
 def replay_updates(reference: TinyDecoder, steps: int, lr: float, batch_size: int, seed: int,
                    rate: Callable[[int], float], *, eval_first: bool = True, momentum: float = 0.9,
                    zero_grad: bool = True, train_batch: int | None = None, qk_decay: float = 0.0,
-                   decay: str = "after") -> dict[str, torch.Tensor]:
+                   decay: str = "after", losses: list[float] | None = None) -> dict[str, torch.Tensor]:
     """The grader's own run of the specified loop on a copy of ``reference``: the weights after
     ``steps`` updates, update s (from 1) at learning rate ``rate(s)``, with ``qk_decay`` applied as
     ``decay`` says (``_DECAYS``). The options (``rate``, ``eval_first``, ``momentum``, ``zero_grad``,
     ``train_batch``: the training batches' size when it is not ``batch_size``; ``decay``) are the
-    known mistakes of a loop."""
+    known mistakes of a loop. ``losses``, when given, receives the loss on the evaluation batch
+    after every update s = 0, 1, ..., steps (s = 0: the untrained model), as the loop must log it."""
     assert decay in _DECAYS, decay
     model = copy.deepcopy(reference)
     task = model.task
     gen = torch.Generator().manual_seed(seed)
     if eval_first:
-        task.batch(batch_size, gen)  # the evaluation batch comes first
+        eval_x, eval_y = task.batch(batch_size, gen)  # (B, T), (B, T): the evaluation batch comes first
+
+    def log() -> None:
+        if losses is not None:
+            with torch.no_grad():
+                losses.append(copy_loss(model(eval_x)[0], eval_y).item())
+
+    log()
     optimiser = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum,
                                 weight_decay=qk_decay if decay == "weight_decay" else 0.0)
     for s in range(1, steps + 1):
@@ -66,6 +74,7 @@ def replay_updates(reference: TinyDecoder, steps: int, lr: float, batch_size: in
         if qk_decay and decay in ("after", "warmed_rate", "without_lr", "with_v"):
             factor = {"warmed_rate": 1 - rate(s) * qk_decay, "without_lr": 1 - qk_decay}.get(decay, 1 - lr * qk_decay)
             _decay(model, factor, with_v=decay == "with_v")
+        log()
     return {name: t.detach().clone() for name, t in model.state_dict().items()}
 
 
@@ -83,7 +92,8 @@ def check_updates(train_copy_task, rng: np.random.Generator, seed: int) -> None:
     base = tiny_model(seed + 31)
     model = tiny_copy(base)
     what = f"train_copy_task(tiny model, steps={steps}, lr={lr:g}, batch_size={batch_size})"
-    run_loop(train_copy_task, model, steps, what, seed=seed + 9, log_every=1, lr=lr, batch_size=batch_size)
+    logged, _ = run_loop(train_copy_task, model, steps, what, seed=seed + 9, log_every=1, lr=lr,
+                         batch_size=batch_size)  # (steps + 1,)
     before = base.state_dict()
     got = _moved(state(model, base, what), before)  # (n_weights,)
 
@@ -93,6 +103,7 @@ def check_updates(train_copy_task, rng: np.random.Generator, seed: int) -> None:
     want = replay()()
     scale = np.abs(want).max()
     if close(got, want, atol=1e-4 * scale, rtol=0):  # the tolerance of check_warmup, measured there
+        _check_logged_loss(logged, base, steps, lr, batch_size, seed + 9, what)
         return
     hint = diagnose(got, {
         "the weights did not change: call optimiser.step() after every backward()": np.zeros_like(want),
@@ -112,6 +123,41 @@ def check_updates(train_copy_task, rng: np.random.Generator, seed: int) -> None:
          hint or "Build torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9); draw the evaluation batch, then one "
                  "training batch per update, all of batch_size sequences from one torch.Generator seeded with seed; "
                  "per update: zero_grad(), the copy loss's backward(), step().")
+
+
+def _check_logged_loss(logged: np.ndarray, base: TinyDecoder, steps: int, lr: float, batch_size: int, seed: int,
+                       what: str) -> None:
+    """What the loop logs at step s is the loss on the evaluation batch (the first draw of the seeded
+    generator) of the model after exactly s updates: the grader's replay logs it itself and the two must agree.
+
+    Only the loss is compared: it does not depend on the student's attention_entropy, so a wrong entropy
+    function costs its own cells and not this one. The training batches differ from the evaluation batch
+    (other sequences of the same generator), and every update moves the loss (the replay's losses at
+    consecutive steps differ by far more than the tolerance), so a loop that logs the training batch, or
+    the model one update early or late, is seen on every draw.
+    """
+    want: list[float] = []
+    replay_updates(base, steps, lr, batch_size, seed, lambda s: lr, losses=want)
+    want_arr = np.array(want)  # (steps + 1,)
+    # float32 forward passes of the same weights agree to about 1e-6 of the loss; consecutive steps of the
+    # replay differ by 1e-3 of it or more, a training batch's loss from the evaluation batch's by more still.
+    tol = 1e-4 * np.abs(want_arr).max()
+    if close(logged, want_arr, atol=tol, rtol=0):
+        return
+    shown = ", ".join(f"{v:.4f}" for v in logged)
+    if close(logged[1:], want_arr[:-1], atol=tol, rtol=0):
+        hint = ("At step s you logged the model after s - 1 updates: log after optimiser.step() (and after qk_decay), "
+                "not before the update.")
+    elif close(logged[:-1], want_arr[1:], atol=tol, rtol=0):
+        hint = "At step s you logged the model after s + 1 updates: log step s right after update s."
+    elif close(logged[0], want_arr[0], atol=tol, rtol=0):
+        hint = ("The step-0 loss is right but the later ones are not the evaluation batch's: log every step on the one "
+                "evaluation batch drawn first, never on the training batch of the update.")
+    else:
+        hint = ("Log the loss on the evaluation batch (the first task.batch(batch_size, gen) draw, drawn once before "
+                "training), of the model after s updates, under torch.no_grad().")
+    fail(what, f"history['loss'] is [{shown}], but the evaluation batch's loss after 0, 1, ..., {steps} updates is "
+               f"[{', '.join(f'{v:.4f}' for v in want_arr)}]", hint)
 
 
 def check_warmup(train_copy_task, rng: np.random.Generator, seed: int, common: dict) -> None:
