@@ -61,7 +61,9 @@ def _attacks():
 @pytest.mark.parametrize("name", list(_attacks()))
 def test_prepared_buffer_is_charged(name):
     attack = _attacks()[name]
-    assert _charged(_bystander) < SIZE // 8, "a correct bystander must stay far below the buffer"
+    # The bystander is the measurement's noise floor: in a busy test worker one reading in a few
+    # picked up ~24 MB of pages it never owned (CI, 2026-12-07), so the floor is the best of three.
+    assert min(_charged(_bystander) for _ in range(3)) < SIZE // 8, "a correct bystander must stay far below the buffer"
     assert _charged(attack) >= SIZE * 3 // 4, f"{name}: a buffer resident before the call and touched in it is charged"
 
 
