@@ -27,6 +27,7 @@ from pathlib import Path
 
 from nbformat import NotebookNode
 
+from mlbook import pyast
 from mlbook.course import Course
 from mlbook.errors import MlbookError
 from mlbook.files import write_atomic
@@ -48,7 +49,7 @@ def default_path(course: Course, lab: str) -> Path:
 def _import_statements(code: str) -> tuple[tuple[int, str | None, tuple[str, ...]], ...]:
     """(level, module, names) of each import statement; level is -1 for ``import x``."""
     statements = []
-    for node in ast.walk(ast.parse(_MAGIC.sub("", code))):
+    for node in ast.walk(pyast.parse(_MAGIC.sub("", code))):
         if isinstance(node, ast.Import):
             statements.append((-1, None, tuple(alias.name for alias in node.names)))
         elif isinstance(node, ast.ImportFrom):

@@ -26,23 +26,12 @@ share a name with a global of another cell does not pull that cell in.
 from __future__ import annotations
 
 import ast
-import symtable
-import threading
 
 from nbformat import NotebookNode
 
+from mlbook import pyast
 from mlbook.labs import settings
 from mlbook.authoring.notebooks import grade_id, is_answer, is_test
-
-# CPython 3.11's ast and symtable are not safe to build from several threads at once ("AST constructor
-# recursion depth mismatch", gh-106905); graders check notebooks in threads, so every parse takes this lock.
-_PARSING = threading.Lock()
-
-
-def _parse(source: str) -> ast.Module:
-    with _PARSING:
-        return ast.parse(source)
-
 
 def forbidden_calls(lab: str) -> dict[str, tuple[str, ...]]:
     """The lab's rule: answer cell grade id -> names its code must not use."""
@@ -95,7 +84,7 @@ def _definitions(nb: NotebookNode) -> dict[str, list[str]]:
         if cell.cell_type != "code" or is_test(cell):
             continue
         try:
-            tree = _parse(_code(cell.source))
+            tree = pyast.parse(_code(cell.source))
         except SyntaxError:
             continue
         for stmt in tree.body:
@@ -123,8 +112,7 @@ def _reachable_names(source: str, definitions: dict[str, list[str]]) -> set[str]
 def _globals(source: str) -> set[str]:
     """The global names ``source`` refers to, in any of its scopes (every word when it does not parse)."""
     try:
-        with _PARSING:
-            top = symtable.symtable(_code(source), "<cell>", "exec")
+        top = pyast.symtable(_code(source), "<cell>")
     except SyntaxError:
         return set(source.replace(".", " ").replace("(", " ").split())
     found: set[str] = set()
@@ -145,7 +133,7 @@ def _names(source: str) -> set[str]:
 
     Strings joined with ``+`` or in an f-string count joined as well as in parts."""
     try:
-        tree = _parse(_code(source))
+        tree = pyast.parse(_code(source))
     except SyntaxError:
         return set(source.replace(".", " ").replace("(", " ").split())
     names: set[str] = set()

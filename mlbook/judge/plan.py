@@ -33,6 +33,7 @@ from pathlib import Path
 
 import nbformat
 
+from mlbook import pyast
 from mlbook.labs import settings
 from mlbook.authoring.notebooks import HIDDEN, grade_id, is_answer, is_test, split_blocks
 
@@ -92,7 +93,7 @@ def _prelude(nb) -> list[ast.stmt]:
         if cell.cell_type != "code" or is_answer(cell) or is_test(cell):
             continue
         try:
-            tree = ast.parse(_strip_magics(cell.source))
+            tree = pyast.parse(_strip_magics(cell.source))
         except SyntaxError:
             continue
         for stmt in tree.body:
@@ -170,10 +171,9 @@ def _build(lab: str, nb) -> LabPlan:
         default = (f"{gid}_hidden",) if f"{gid}_hidden" in ids else ()
         source = _strip_magics(cell.source)
         cells[gid] = CellPlan(gid, source, visible, tuple(covered.get(gid, default)), replayed=gid not in not_replayed,
-                              code=compile(source, f"<{gid}>", "exec"))
-    # Compiled here, under the plan lock, never in a judge: CPython 3.11 builds ASTs with
-    # process-wide state that concurrent compile() calls can corrupt (python/cpython#106905).
+                              code=pyast.compile_tree(source, f"<{gid}>"))
+    # Compiled here, never in a judge, and through mlbook.pyast (CPython 3.11's AST is not thread-safe).
     prelude = _prelude(nb)
     module = ast.fix_missing_locations(ast.Module(body=list(prelude), type_ignores=[]))
-    return LabPlan(lab, cells, prelude, compile(module, f"<{lab} given cells>", "exec"),
+    return LabPlan(lab, cells, prelude, pyast.compile_tree(module, f"<{lab} given cells>"),
                    measures_memory=declared.measures_memory)
