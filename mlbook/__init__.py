@@ -41,4 +41,10 @@ import sys
 # Marking the module absent skips those two checks and nothing else.
 sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[assignment]
 
+# CPython 3.11 races when two threads build syntax trees (numpy's np.load does, in the judge's
+# threads): every ast.parse in an mlbook process takes one lock (mlbook/pyast.py says why).
+from mlbook import pyast as _pyast  # noqa: E402
+
+_pyast.install()
+
 __version__ = "0.1.0"
