@@ -260,22 +260,24 @@ def cmd_release(args) -> int:
 
 def cmd_validate(args) -> int:
     from mlbook.outputs.table import text_table
-    from mlbook.student.validate import validate_notebook
+    from mlbook.student.validate import AT_GRADING, FAIL, validate_notebook
 
     path = Path(args.notebook)
     if not path.is_file():
         raise MlbookError(f"no notebook at {path}")
     rows, seconds, warnings = validate_notebook(path.resolve())
-    print(text_table(["test", "points", "result"], [(r.grade_id, f"{r.points:g}", "pass" if r.passed else "FAIL")
-                                                for r in rows]))
-    failed = [r for r in rows if not r.passed]
+    print(text_table(["test", "points", "result"], [(r.grade_id, f"{r.points:g}", r.status) for r in rows]))
+    failed = [r for r in rows if r.status == FAIL]
+    later = [r for r in rows if r.status == AT_GRADING]
     if failed:
         print("\nWhat failed, and the likely reason:")
     for r in failed:
         print(f"  {r.grade_id}: {r.message or 'the cell raised an error or wrote to stderr'}")
     for warning in warnings:
         print(f"warning: {warning}")
-    print(f"{len(rows) - len(failed)} passed, {len(failed)} failed ({seconds:.1f} s)")
+    print(f"{len(rows) - len(failed) - len(later)} passed, {len(failed)} failed"
+          + (f", {len(later)} hidden (run at grading, on fresh inputs; "
+             f"{sum(r.points for r in later):g} points)" if later else "") + f" ({seconds:.1f} s)")
     return 1 if failed else 0
 
 

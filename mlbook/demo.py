@@ -1,9 +1,13 @@
 """``mlbook demo``: the main job on embedded defaults.
 
-Builds every lab, creates a demo class under ``submitted/`` (students ``demo-*`` only, so a
-real class beside it is never touched), autogrades it into the sqlite gradebook, writes
+Builds every lab in the course (``source/``, ``release/``), then does everything else in a demo
+course of its own, ``<course>/.mlbook-demo/`` (``DEMO_FOLDER``; made afresh on every run from the
+course's config, schedule, helpers and the release just built, with its own sqlite gradebook
+whatever the course's config names): it creates a demo class there, autogrades it, writes
 feedback and the grades CSV, prints a student x lab table, and ends by writing the HTML report
-of the demo class (``exports/demo-report.html``, demo students only) and the hand-back zip.
+of the demo class and the hand-back zip. Nothing of the demo reaches the course's own
+``submitted/``, gradebook, ``exports/`` or feedback, so a real class's export, report and
+``autograde`` exit code are what they would be had the demo never run.
 
 Lab 1 arrives the way a course's hand-ins do, through an LMS: the demo roster is imported
 (``mlbook roster import``), lab 1's files are zipped as Moodle's "Download all submissions"
@@ -12,7 +16,7 @@ names them, with the entry times as submission times around the schedule's due d
 late (the late policy's penalty shows in the table), demo-dev handed in twice (the untouched
 release first, then the mutant: the later attempt counts), demo-eli renamed the notebook and
 demo-ada also uploaded a stray PDF (listed, not taken). The demo ends by writing
-``exports/handback/<lab 1>-moodle.zip``, the feedback pages keyed for Moodle's
+``.mlbook-demo/exports/handback/<lab 1>-moodle.zip``, the feedback pages keyed for Moodle's
 "Upload multiple feedback files in a zip". The other labs are placed directly.
 
 The demo class, per lab:
@@ -44,6 +48,7 @@ from mlbook.outputs.results import collect
 from mlbook.grading.status import ERROR, GRADED
 from mlbook.outputs.table import text_table
 
+DEMO_FOLDER = ".mlbook-demo"
 STUDENTS = ("demo-ada", "demo-ben", "demo-cleo", "demo-dev", "demo-eli", "demo-fay")
 # The demo roster: id, first name, last name (Moodle names the download's folders by full name).
 ROSTER = {"demo-ada": ("Ada", "Lovelace-Demo"), "demo-ben": ("Ben", "Núñez Demo"), "demo-cleo": ("Cléo", "Demo"),
@@ -118,12 +123,45 @@ def make_demo_download(course: Course, lab: str, path: Path) -> tuple[Path, Path
     return write_zip(path, uploads), roster_csv, plan
 
 
-def run_demo(course: Course, labs: list[str], echo=print) -> int:
-    """Run the whole demo; returns the number of labs whose reference did not get full marks."""
+def demo_course(course: Course, labs: list[str]) -> Course:
+    """A fresh demo course at ``<course>/.mlbook-demo/`` holding what grading ``labs`` needs.
+
+    Copied from ``course``: the nbgrader config (with the gradebook pointed at the demo's own
+    sqlite file, so a course's shared PostgreSQL gradebook never sees a demo student), the
+    schedule, ``mlbook_helpers`` and each lab's authored, source and release files.
+    """
+    root = course.root / DEMO_FOLDER
+    if root.is_symlink() or root.is_file():
+        root.unlink()
+    shutil.rmtree(root, ignore_errors=True)
+    demo = course.scratch_copy(root, labs)
+    for lab in labs:
+        shutil.copytree(course.release(lab).parent, demo.release(lab).parent, dirs_exist_ok=True)
+    from mlbook.lms.schedule import SCHEDULE_NAME
+
+    if (course.root / SCHEDULE_NAME).is_file():
+        shutil.copy2(course.root / SCHEDULE_NAME, root / SCHEDULE_NAME)
+    shutil.copytree(course.root / "mlbook_helpers", root / "mlbook_helpers",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    with demo.config.open("a", encoding="utf-8") as config:
+        config.write(f"\n# Added by mlbook demo: the demo's own gradebook, whatever the course uses.\n"
+                     f"c.CourseDirectory.db_url = {'sqlite:///' + str(root / 'gradebook.db')!r}\n")
+    return demo
+
+
+def run_demo(real: Course, labs: list[str], echo=print) -> int:
+    """Build ``labs`` in ``real``, then grade a demo class of them in ``demo_course(real)``;
+    returns the number of labs whose reference did not get full marks."""
     start = time.perf_counter()
     for lab in labs:
         echo(f"build    {lab}")
-        build_lab(course, lab)
+        build_lab(real, lab)
+    course = demo_course(real, labs)
+    if left := sorted(p.name for p in real.submitted_dir.glob("demo-*")):
+        echo(f"note     {real.submitted_dir.name}/ still holds {', '.join(left)} from an earlier mlbook demo, "
+             "which graded into the course itself: remove those folders (and their gradebook entries) "
+             "before exporting a real class")
+    echo(f"demo     a demo course in {course.root.relative_to(real.root)}/ (the course's own class is never touched)")
     from mlbook.lms.collect import collect as collect_download
     from mlbook.lms.handback import write_handback
     from mlbook.lms.roster import import_roster
@@ -182,18 +220,18 @@ def run_demo(course: Course, labs: list[str], echo=print) -> int:
     for lab, r in errors:
         echo(f"  {r.student} / {lab}: ERROR: {r.reason}")
     echo("")
-    echo(f"grades CSV: {csv_path.relative_to(course.root)}   feedback: feedback/<student>/<lab>/<lab>.html")
+    echo(f"grades CSV: {csv_path.relative_to(real.root)}   feedback: {DEMO_FOLDER}/feedback/<student>/<lab>/<lab>.html")
     report = write_report(course, labs, course.exports_dir / "demo-report.html", list(STUDENTS))
-    echo(f"report   {report.relative_to(course.root)} (open it in a browser; it works offline)")
+    echo(f"report   {report.relative_to(real.root)} (open it in a browser; it works offline)")
     from mlbook.similarity import DEFAULT_THRESHOLD, run as similarity_run
 
     # The demo's mutant students (demo-cleo, demo-dev) hand in demo-ada's reference with one edit:
     # copies, as far as a TA can tell; the similarity report must name them.
     flagged = [p for p in similarity_run(course, first_lab, echo=lambda *_: None) if p.overall >= DEFAULT_THRESHOLD]
     echo(f"similar  {first_lab}: " + ("; ".join(f"{p.a} / {p.b} {p.overall:.2f}" for p in flagged[:3]) or "none")
-         + f" (exports/similarity-{first_lab}.html; never changes a grade)")
+         + f" ({DEMO_FOLDER}/exports/similarity-{first_lab}.html; never changes a grade)")
     handback = write_handback(course, first_lab, "moodle", list(plans[first_lab]))
-    echo(f"handback {handback.path.relative_to(course.root)}: {len(handback.files)} feedback pages for Moodle's "
+    echo(f"handback {handback.path.relative_to(real.root)}: {len(handback.files)} feedback pages for Moodle's "
          "\"Upload multiple feedback files in a zip\"")
     echo(f"demo finished in {time.perf_counter() - start:.0f} s")
     bad = [lab for lab in labs if results[lab]["demo-ada"].status != GRADED or any(

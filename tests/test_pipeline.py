@@ -16,7 +16,7 @@ import pytest
 from harness import REPO, add_extras, scratch_course
 from mlbook.authoring import submissions
 from mlbook.course import Course
-from mlbook.authoring.notebooks import grade_id, read_nb
+from mlbook.authoring.notebooks import grade_id, is_test, iter_nbgrader_cells, read_nb
 from mlbook.grading.status import ERROR, GRADED
 
 LAB = "lab01_hand_attention"
@@ -140,6 +140,24 @@ def test_validate_exits_nonzero_with_the_hint_when_a_visible_test_fails(graded):
     assert done.returncode == 1, done.stdout + done.stderr
     assert "test_attention" in done.stdout and "FAIL" in done.stdout
     assert "not by d_k" in done.stdout, "the failing row does not carry its hint"
+
+
+@pytest.mark.slow
+def test_validate_says_hidden_tests_run_at_grading_and_never_pass(graded):
+    from mlbook.student.validate import runs_nothing
+
+    lab = graded(LAB)
+    placeholders = {gid for gid, cell in iter_nbgrader_cells(read_nb(REPO.release(LAB)))
+                    if is_test(cell) and runs_nothing(cell.source)}
+    assert placeholders, "the release has no hidden-only test cell"
+    reference = lab.course.submitted("reference", LAB) / f"{LAB}.ipynb"
+    done = subprocess.run([*MLBOOK, "validate", str(reference)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    status = {line.split()[0]: line.split(None, 2)[2].strip() for line in done.stdout.splitlines()
+              if line.split() and line.split()[0].startswith("test_") and len(line.split()) >= 3}
+    assert {gid: status.get(gid) for gid in placeholders} == {gid: "run at grading" for gid in placeholders}
+    assert all(v == "pass" for gid, v in status.items() if gid not in placeholders), status
+    assert f"{len(placeholders)} hidden (run at grading" in done.stdout, done.stdout
 
 
 def test_cli_reports_a_bad_lab_name_in_one_line():

@@ -7,10 +7,12 @@ independently (regular expressions over the notebook and the helpers) and compar
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -104,6 +106,27 @@ print("\\n".join(m.__file__ for n, m in sorted(sys.modules.items()) if n.startsw
     assert done.returncode == 0, done.stderr[-2000:]
     files = done.stdout.split()
     assert files and all(Path(f).is_relative_to(folder) for f in files), files
+
+
+@pytest.mark.slow
+def test_a_student_with_only_the_zip_can_validate_as_its_readme_says(tmp_path):
+    with zipfile.ZipFile(write_release_zip(REPO, LAB, tmp_path / "lab.zip")) as archive:
+        archive.extractall(tmp_path)
+    folder = tmp_path / LAB
+    readme = (folder / "README.txt").read_text()
+    pip = next(line for line in readme.splitlines() if "pip install" in line)
+    grader_extra = tomllib.loads((REPO.root / "pyproject.toml").read_text())["project"]["optional-dependencies"]["grader"]
+    nbgrader_pin = next(spec for spec in grader_extra if spec.startswith("nbgrader"))
+    assert f'"{nbgrader_pin}"' in pip, f"README.txt does not install what validates: {pip}"
+    command = next(line.split() for line in readme.splitlines() if line.strip().startswith("nbgrader validate"))
+    assert command == ["nbgrader", "validate", f"{LAB}.ipynb"]
+    # The command as the README gives it, in the unpacked folder, with the grader package out of reach.
+    env = {**os.environ, "PYTHONNOUSERSITE": "1"}
+    done = subprocess.run([str(Path(sys.executable).parent / "nbgrader"), *command[1:]], capture_output=True,
+                          text=True, cwd=folder, timeout=300, env=env)
+    assert "The following cell failed" in done.stdout and "NotImplementedError" in done.stdout, \
+        done.stdout[-2000:] + done.stderr[-2000:]
+    assert "hidden tests" in readme.lower() and "graded" in readme
 
 
 def test_check_passes_on_the_repository_release_zips():

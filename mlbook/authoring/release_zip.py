@@ -6,7 +6,9 @@ What a student needs, and nothing else. The zip unpacks to one folder, ``<lab>/`
                     import and the package's ``__init__.py`` (found by reading the import
                     statements); no other helper module. Beside the notebook, Jupyter finds it.
   README.txt        what the folder holds, the pip command for the third-party packages the
-                    notebook and those helpers import (pinned as in pyproject.toml), and how
+                    notebook and those helpers import (pinned as in pyproject.toml) plus
+                    nbgrader (``STUDENT_TOOLS``: its Validate button and ``nbgrader validate``
+                    are how a student checks the visible tests before handing in), and how
                     to hand in.
 Never in it: ``source/`` or any solution, hidden tests, rubrics, the build manifest, the
 grader (``mlbook/``), other labs, or third-party packages themselves (torch alone is ~200 MB).
@@ -35,6 +37,9 @@ from mlbook.authoring.notebooks import read_nb
 
 HELPERS = "mlbook_helpers"
 GRADER = "mlbook"
+# What a student installs beside the notebook's imports: nbgrader gives JupyterLab its Validate
+# button and the `nbgrader validate` command (the visible tests; hidden ones run at grading).
+STUDENT_TOOLS = ("nbgrader", "jupyterlab")
 # import name -> the distribution that provides it, where the two differ
 DISTRIBUTIONS = {"IPython": "ipykernel"}
 _EPOCH = (1980, 1, 1, 0, 0, 0)
@@ -134,15 +139,25 @@ def third_party(course: Course, code: str, helpers: dict[str, Path]) -> list[str
     texts = [code] + [p.read_text() for p in helpers.values()]
     tops = {name.split(".")[0] for text in texts for name in imports_of(text, HELPERS)[0]}
     tops -= set(sys.stdlib_module_names) | {HELPERS, GRADER}
-    pins = {}
-    pyproject = course.root / "pyproject.toml"
-    if pyproject.is_file():
-        import tomllib
-
-        for spec in tomllib.loads(pyproject.read_text()).get("project", {}).get("dependencies", []):
-            pins[re.split(r"[<>=!~ \[;]", spec, maxsplit=1)[0].lower()] = spec
+    pins = _pins(course)
     distributions = sorted({DISTRIBUTIONS.get(top, top) for top in tops}, key=str.lower)
-    return [pins.get(d.lower(), d) for d in distributions]
+    return [pins.get(d.lower(), d) for d in distributions] + [pins.get(t, t) for t in STUDENT_TOOLS]
+
+
+def _pins(course: Course) -> dict[str, str]:
+    """distribution (lower case) -> its requirement in pyproject.toml (dependencies, then extras)."""
+    pyproject = course.root / "pyproject.toml"
+    if not pyproject.is_file():
+        return {}
+    import tomllib
+
+    project = tomllib.loads(pyproject.read_text()).get("project", {})
+    specs = [*project.get("dependencies", [])]
+    specs += [spec for extra in project.get("optional-dependencies", {}).values() for spec in extra]
+    pins: dict[str, str] = {}
+    for spec in specs:
+        pins.setdefault(re.split(r"[<>=!~ \[;]", spec, maxsplit=1)[0].lower(), spec)
+    return pins
 
 
 def readme(nb: NotebookNode, lab: str, requirements: list[str]) -> str:
@@ -160,11 +175,16 @@ This folder holds:
 Set up once (Python 3.11; a virtual environment keeps it apart from other work):
   python3.11 -m venv .venv
   . .venv/bin/activate            (Windows: .venv\\Scripts\\activate)
-  pip install {packages} jupyterlab
+  pip install {packages}
   jupyter lab {lab}.ipynb
 
-Before you hand in: Kernel > Restart Kernel and Run All Cells, and check that the visible tests pass.
-Hand in only {lab}.ipynb, under that name. Hidden tests run on fresh inputs when it is graded.
+Before you hand in, check it: Kernel > Restart Kernel and Run All Cells, then the Validate
+button in the notebook's toolbar, or from a terminal in this folder:
+  nbgrader validate {lab}.ipynb
+Either runs the visible tests and names each one that fails. Hidden tests are not in your copy:
+they run on fresh inputs when your notebook is graded, so passing the visible ones is necessary,
+not sufficient.
+Hand in only {lab}.ipynb, under that name.
 """
 
 
