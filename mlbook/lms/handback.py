@@ -23,6 +23,7 @@ collected from another LMS) is listed as skipped, with the reason; nobody is dro
 
 from __future__ import annotations
 
+import unicodedata
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,7 +66,7 @@ def write_handback(course: Course, lab: str, lms: str, students: list[str] | Non
         elif entry.get("format") != lms or not entry.get("prefix"):
             result.skipped.append((student, f"collected from a {entry.get('format')} download, not {lms}"))
         else:
-            result.files[student] = entry_name(lms, entry["prefix"], lab)
+            result.files[student] = unicodedata.normalize("NFC", entry_name(lms, entry["prefix"], lab))
             pages[student] = page
     with replacing(path) as tmp:
         with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as archive:

@@ -9,6 +9,10 @@ before anything is written anywhere, when its structure is an attack or a mistak
   ``\\`` separated), holds a NUL or another control character, or appears twice;
 - a symbolic link, or any entry that is neither a file nor a folder (Unix mode in the entry);
 - an encrypted entry, or an archive ``zipfile`` cannot read.
+Names are read as their writer meant them (``entry_name``): an entry without the UTF-8 flag is
+CP437 by the zip standard, but Moodle and most tools write UTF-8 there without saying so, which
+``zipfile`` turns into ``no├½l``; such a name that is valid UTF-8 is taken as UTF-8. Every name is
+then NFC-normalised, so a name typed on macOS (NFD) and one typed elsewhere compare equal.
 Each file is then read through ``read``, which stops at ``max_file`` bytes of *decompressed*
 output (a header may lie about the size) and counts every byte against ``max_total`` for the
 whole archive (``BadFile`` for one file: the caller lists that file and goes on; ``Refused``
@@ -56,6 +60,17 @@ def shown(name: str, limit: int = 100) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def entry_name(info: zipfile.ZipInfo) -> str:
+    """The entry's name as its writer meant it (see the module docstring), NFC."""
+    name = info.filename
+    if not info.flag_bits & 0x800:  # not marked UTF-8: zipfile decoded the bytes as CP437
+        try:
+            name = name.encode("cp437").decode("utf-8")
+        except (UnicodeEncodeError, UnicodeDecodeError):
+            pass  # really CP437 (or not UTF-8 at all): keep zipfile's reading
+    return unicodedata.normalize("NFC", name)
+
+
 class SafeZip:
     def __init__(self, path: Path, *, max_file: int, max_total: int = MAX_TOTAL, max_entries: int = MAX_ENTRIES):
         self.path, self.max_file, self.max_total = path, max_file, max_total
@@ -90,7 +105,7 @@ class SafeZip:
             raise
 
     def _member(self, info: zipfile.ZipInfo) -> Member | None:
-        name = info.filename
+        name = entry_name(info)
         where = f"{self.path.name}: the entry {shown(name)!r}"
         if any(unicodedata.category(c) == "Cc" for c in name):
             raise Refused(f"{where} has a control character in its name")
