@@ -1080,7 +1080,8 @@ heatmap_grid({"padding mask only (right)": w_cross, "causal mask too (wrong)": w
 # * A mask is True where attention is allowed; causal `(1, 1, T, T)`, cached `(1, 1, T_new, T_total)`
 #   aligned with the end, padding `(B, 1, 1, T_k)` on keys; combine with AND.
 # * Fill masked **scores** before the softmax with `torch.finfo(dtype).min`: not -∞ (NaN rows),
-#   not -1e9 (-∞ in float16), not an additive mask that can overflow.
+#   not -1e9 (-∞ in float16), not an additive mask (it keeps the masked scores' offsets and can
+#   overflow). A fully masked row then gives uniform weights and the mean of the values.
 # * Masking after the softmax shrinks outputs by a position-dependent factor and leaks the future
 #   through the normaliser.
 # * Test masks with properties (change the future; add padding; batch vs single), not heat maps.
