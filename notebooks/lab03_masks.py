@@ -272,6 +272,15 @@ heatmap_grid({
 # fully masked row then becomes uniform (harmless), and a masked key in a real row still gets
 # `exp(-65504 - max) = 0`.
 #
+# The lab's convention for a fully masked row: its weights are exactly uniform, `1/T_k` on every
+# key, and its output is the mean of the value rows (never NaN, never zeros), whatever its scores.
+# So every masked score is **replaced** by exactly `torch.finfo(scores.dtype).min`
+# (`masked_fill` or `torch.where`). An additive mask (`scores + bias`, bias 0 or `finfo.min`) is
+# not the same: it keeps each masked score's offset (in float16, `-65504 + 40` is `-65472`), so a
+# fully masked row is no longer uniform, and it overflows to -∞ for negative scores (section 6).
+# An additive form is accepted only when it gives the same result: a bias far below `finfo.min`,
+# added in a wider dtype, then clamped at `finfo.min`.
+#
 # Write `apply_mask`. Return a new tensor (do not modify `scores` in place) of the scores'
 # dtype; `mask=None` returns the scores unchanged.
 
@@ -313,7 +322,8 @@ expect_close(w16[0, 0], [[0.269, 0.731, 0.0], [1 / 3, 1 / 3, 1 / 3]], "softmax o
              hint="The fully masked row should come out uniform, not NaN.")
 
 # %% nbgrader={"grade": true, "grade_id": "test_apply_mask_hidden", "points": 2}
-# Hidden tests: float16, bfloat16, float32, float64; masks of several broadcast shapes; fully masked rows.
+# Hidden tests: float16, bfloat16, float32, float64; masks of several broadcast shapes; fully masked rows
+# with large positive and negative scores (masked scores must be exactly finfo.min).
 ### BEGIN HIDDEN TESTS
 from mlbook.labs.lab03_masks import hidden
 hidden.check_apply_mask(apply_mask)
@@ -377,7 +387,8 @@ expect(out_t.dtype == q_t.dtype and out_plain.dtype == Qt.dtype, "scaled_dot_pro
 
 # %% nbgrader={"grade": true, "grade_id": "test_scaled_dot_product_attention_hidden", "points": 3}
 # Hidden tests: T_q != T_k, d_k != d_v, masks broadcast over batch and heads, float16 / bfloat16 /
-# float32 / float64, fully masked rows (no NaN anywhere), compared with torch's SDPA on fresh inputs.
+# float32 / float64, fully masked rows (uniform weights, whatever their scores; no NaN anywhere),
+# compared with torch's SDPA on fresh inputs.
 ### BEGIN HIDDEN TESTS
 from mlbook.labs.lab03_masks import hidden
 hidden.check_scaled_dot_product_attention(scaled_dot_product_attention)
@@ -443,11 +454,13 @@ expect_close(bank_causal[0], [1.0, 0.0, 0.0], "the login row of the bank session
 #   `masked_fill` the masked entries of `row` with -1e9; catch it with `try` /
 #   `except RuntimeError as e`. (The wording differs between torch releases; torch 2.13 says the
 #   value "cannot be converted to type c10::Half without overflow".)
-# * `w_additive`: an **additive** mask is a float tensor that is 0 where allowed and `finfo.min`
-#   where masked, added to the scores. Build it in float16 for `nothing`, add it to `row - 20`
-#   (scores that are more negative), and take the softmax.
+# * `additive`: an **additive** mask is a float tensor that is 0 where allowed and `finfo.min`
+#   where masked, added to the scores. Build it in float16 for `nothing`, with the shape of `row`;
+# * `w_additive`: add `additive` to `row - 20` (scores that are more negative) and take the softmax.
 #
-# Every result stays in float16.
+# Every tensor stays in float16 and has the shape of `row`, `(1, 4)`: one query's scores give one
+# query's weights. (A mask of another shape, such as `(4, 4)`, would broadcast the one query into
+# four, so the shapes are part of the answer.)
 
 # %% nbgrader={"grade_id": "fill_values_given", "locked": true}
 row = torch.tensor([[2.0, -1.0, 0.5, 1.0]], dtype=torch.float16)  # (1, 4) one query's scores
@@ -481,6 +494,11 @@ expect(neg_1e9_in_fp16.dtype == torch.float16 and bool(torch.isneginf(neg_1e9_in
 expect(isinstance(masked_fill_error, str) and len(masked_fill_error) > 0, "masked_fill_error",
        f"is {masked_fill_error!r}",
        "masked_fill on a float16 tensor with -1e9 raises a RuntimeError: keep its message, str(e).")
+for name, value in [("w_neg_inf", w_neg_inf), ("w_finfo", w_finfo), ("additive", additive), ("w_additive", w_additive)]:
+    expect_shape(value, (1, 4), name, "One query's scores give one query's row: keep the shape of row, (1, 4). A mask "
+                 "of another shape (such as (4, 4) or (2, 4)) broadcasts the one query into several.")
+expect(additive.dtype == torch.float16 and bool((additive == torch.finfo(torch.float16).min).all()), "additive",
+       f"is {additive}", "Every key of nothing is masked: the additive mask is finfo.min (-65504) in all four places.")
 expect(w_additive.dtype == torch.float16 and bool(torch.isnan(w_additive).all()), "w_additive", f"is {w_additive}",
        "In float16, -20 + (-65504) rounds past the largest magnitude to -inf, so the fully masked row is NaN again.")
 
@@ -1038,6 +1056,15 @@ expect_close(torch.as_tensor(keys_read), [1, 2, 3], "keys_read under the causal 
              hint="causal_mask(5)[:, :, :3, :] lets decoder query i read encoder states 0..i only.")
 expect(bool((w_cross_causal[0, 1:] == 0).all()), "w_cross_causal", f"row 0 is {w_cross_causal[0]}",
        "Combine the cut causal mask with the padding mask and use your attention.")
+# The weights must come from the KEYS and mix the VALUES: enc_k and enc_v differ, so torch's SDPA on the same
+# encoder states tells a swap. (Keys and values of one width, so a swap runs: only the values tell.)
+real_keys = ~enc_is_pad[:, None, None, :]  # (1, 1, 1, 5) True at real encoder states
+for name, w, allowed in [("w_cross", w_cross, real_keys),
+                         ("w_cross_causal", w_cross_causal, real_keys & torch.ones(3, 5, dtype=torch.bool).tril())]:
+    expect_close(torch.as_tensor(w) @ enc_v[0, 0], F.scaled_dot_product_attention(dec_q, enc_k, enc_v, attn_mask=allowed)[0, 0],
+                 f"{name} @ enc_v vs torch's SDPA on the same encoder states", atol=1e-5,
+                 hint="The decoder queries are scored against the encoder KEYS (enc_k) and the weights average the "
+                      "encoder VALUES (enc_v): keys and values were swapped, or the queries are not dec_q.")
 
 # %% nbgrader={"grade_id": "cross_heatmaps", "locked": true}
 heatmap_grid({"padding mask only (right)": w_cross, "causal mask too (wrong)": w_cross_causal},
@@ -1053,7 +1080,8 @@ heatmap_grid({"padding mask only (right)": w_cross, "causal mask too (wrong)": w
 # * A mask is True where attention is allowed; causal `(1, 1, T, T)`, cached `(1, 1, T_new, T_total)`
 #   aligned with the end, padding `(B, 1, 1, T_k)` on keys; combine with AND.
 # * Fill masked **scores** before the softmax with `torch.finfo(dtype).min`: not -∞ (NaN rows),
-#   not -1e9 (-∞ in float16), not an additive mask that can overflow.
+#   not -1e9 (-∞ in float16), not an additive mask (it keeps the masked scores' offsets and can
+#   overflow). A fully masked row then gives uniform weights and the mean of the values.
 # * Masking after the softmax shrinks outputs by a position-dependent factor and leaks the future
 #   through the normaliser.
 # * Test masks with properties (change the future; add padding; batch vs single), not heat maps.

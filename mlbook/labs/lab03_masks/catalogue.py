@@ -64,6 +64,25 @@ MUTANTS += mutants_of("apply_mask", ("test_apply_mask_hidden",), [
     ("fill-in-place", "the caller's scores filled in place (masked_fill_), so the unmasked scores are lost to it",
      patch("return scores.masked_fill(", "return scores.masked_fill_("), r"in place"),
 ])
+# An additive finfo.min mask, even added in float32 and clamped, keeps each masked score's offset (finfo.min + 40
+# is -65472 in float16): a fully masked row is not uniform. Both hidden checks give such a row large scores.
+MUTANTS += mutants_of("apply_mask", ("test_apply_mask_hidden", "test_scaled_dot_product_attention_hidden"), [
+    ("additive-clamped",
+     "an additive finfo.min mask added in float32 and clamped at finfo.min: masked scores keep their offsets",
+     _APPLY_DOC + '''    if mask is None:
+        return scores
+    low = torch.finfo(scores.dtype).min
+    work = torch.promote_types(scores.dtype, torch.float32)
+    bias = torch.zeros(mask.shape, dtype=work).masked_fill(~mask, low)
+    return (scores.to(work) + bias).clamp(min=low).to(scores.dtype)
+''', r"ADDITIVE"),
+])
+# The same mistake written inside the attention (apply_mask of zeros added to the scores).
+MUTANTS += mutants_of("scaled_dot_product_attention", ("test_scaled_dot_product_attention_hidden",), [
+    ("sdpa-additive-mask", "an additive finfo.min mask added to the scores: a fully masked row is not uniform",
+     patch("    scores = apply_mask(scores, mask)  # (B, H, T_q, T_k)\n",
+           "    scores = scores + apply_mask(torch.zeros_like(scores), mask)  # (B, H, T_q, T_k)\n"), r"ADDITIVE"),
+])
 MUTANTS += mutants_of("scaled_dot_product_attention", "test_scaled_dot_product_attention", [
     ("mask-after-softmax", "mask applied to the weights after the softmax: rows no longer sum to 1", (
         patch("    scores = apply_mask(scores, mask)  # (B, H, T_q, T_k)\n", ""),
@@ -148,6 +167,15 @@ MUTANTS += mutants_of("mha_batch_first", "test_mha_batch_first", [
     ("mha-head-averaged-weights", "MultiheadAttention's default head-averaged weights taken for the per-head maps",
      patch("average_attn_weights=False", "average_attn_weights=True"), r"average_attn_weights=False|averaged over heads"),
 ])
+MUTANTS += mutants_of("fill_values", ("test_fill_values",), [
+    ("fill-additive-square", "the additive mask built (4, 4) instead of one query's (1, 4): one query becomes four",
+     patch("torch.zeros(1, 4, dtype=torch.float16)", "torch.zeros(4, 4, dtype=torch.float16)"), r"\(1, 4\)"),
+])
+MUTANTS += mutants_of("cross_attention", ("test_cross_attention",), [
+    ("cross-keys-values-swapped", "the encoder's keys and values swapped in the cross-attention call",
+     patch("scaled_dot_product_attention(dec_q, enc_k, enc_v, enc_mask)",
+           "scaled_dot_product_attention(dec_q, enc_v, enc_k, enc_mask)"), r"KEYS|swapped"),
+])
 MUTANTS += mutants_of("teacher_forcing", "test_teacher_forcing", [
     ("teacher-forcing-no-mask",
      "teacher forcing without the causal mask: each position reads the targets it must predict",
@@ -191,15 +219,14 @@ ALTERNATIVES = [
     Alternative(name="where-fill", description="torch.where with the dtype's finfo.min instead of masked_fill",
                 cells={"apply_mask": patch(f"scores.masked_fill(~mask, {_FINFO_MIN})",
                                            f"torch.where(mask, scores, {_FINFO_MIN})")}),
-    Alternative(name="additive-per-dtype",
-                description="an additive float mask built per dtype, added in float32 or wider and clamped at "
-                            "finfo.min",
+    Alternative(name="additive-wide-clamped",
+                description="an additive mask whose bias is far below the scores' finfo.min (the wider dtype's), "
+                            "added in float32 or wider and clamped at finfo.min: the same as replacing",
                 cells={"apply_mask": _APPLY_DOC + '''    if mask is None:
         return scores
-    low = torch.finfo(scores.dtype).min
     work = torch.promote_types(scores.dtype, torch.float32)
-    bias = torch.zeros(mask.shape, dtype=work).masked_fill(~mask, low)
-    return (scores.to(work) + bias).clamp(min=low).to(scores.dtype)
+    bias = torch.zeros(mask.shape, dtype=work).masked_fill(~mask, torch.finfo(work).min)
+    return (scores.to(work) + bias).clamp(min=torch.finfo(scores.dtype).min).to(scores.dtype)
 '''}),
     Alternative(name="causal-by-index", description="the causal masks built by comparing position indices", cells={
         "causal_mask": _CAUSAL_DOC + '''    pos = torch.arange(T)

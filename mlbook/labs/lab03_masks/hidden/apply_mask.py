@@ -13,7 +13,8 @@ __all__ = ["check_apply_mask"]
 
 
 def check_apply_mask(apply_mask: Callable) -> None:
-    """Masked scores become the dtype's most negative finite value; nothing becomes inf or NaN."""
+    """Masked scores become exactly the dtype's most negative finite value (replaced, not added to: a fully
+    masked row is then uniform whatever its scores); nothing becomes inf or NaN."""
     rng = fresh_rng()
     gen = torch_generator(rng)
     for dtype in DTYPES:
@@ -34,6 +35,9 @@ def check_apply_mask(apply_mask: Callable) -> None:
         dead = ~full.any(dim=-1)  # (B, H, T_q)
         # Dead rows carry very negative scores: adding finfo.min to them overflows in float16.
         scores = torch.where(dead[..., None], scores.double().abs().neg().sub(40.0).to(dtype), scores)
+        # ... and one large positive score each (key 0): finfo.min + 40 is -65472 in float16, not finfo.min, so an
+        # additive mask, even clamped, leaves that row non-uniform. In every run, in every dtype.
+        scores[..., 0] = torch.where(dead, scores[..., 0].double().abs().add(40.0).to(dtype), scores[..., 0])
         before = scores.clone()
         what = (f"apply_mask on {dtype_name(dtype)} scores of shape {shape_str(scores.shape)} with a mask of shape "
                 f"{shape_str(mask.shape)}")
@@ -80,6 +84,13 @@ def check_apply_mask(apply_mask: Callable) -> None:
             fail(what, f"masked scores are {worst:.4g}, far above the most negative finite value of {dtype} ({finfo_min:.4g})",
                  "A hand-picked constant (-1e9, -1e4, 0) depends on the dtype and on the scale of the scores; "
                  "use torch.finfo(scores.dtype).min.")
+        if not (filled == finfo_min).all():
+            off = filled[filled != finfo_min]
+            fail(what, f"{off.numel()} of {filled.numel()} masked scores are not finfo.min ({finfo_min:.6g}) but "
+                       f"{float(off.max()):.6g} .. {float(off.min()):.6g}",
+                 "An ADDITIVE finfo.min mask keeps each masked score's difference (finfo.min + score; -65504 + 40 is "
+                 "-65472 in float16), so a fully masked row is not uniform. REPLACE the masked scores with "
+                 "torch.finfo(scores.dtype).min (masked_fill / torch.where).")
         same = call_student(apply_mask, scores, None, what="apply_mask(scores, None)")
         if not (isinstance(same, torch.Tensor) and same.dtype == dtype and torch.equal(same, before)):
             fail("apply_mask(scores, None)", "did not return the scores unchanged", "mask=None means nothing is masked.")
