@@ -301,12 +301,14 @@ hidden.check_effective_keys(effective_keys)
 #
 # The lesson draws 40 sequences of 8 tokens at each width, with random queries and keys, and
 # averages the effective keys over every row of every draw. Write `mean_effective_keys`: draw
-# Q and K as (n_draws, n_tokens, d_k) standard normals from `rng`, compute the weights with
+# Q as (n_draws, n_tokens, d_k) and K as (n_draws, n_keys, d_k) standard normals from `rng`
+# (n_keys defaults to n_tokens, the lesson's self-attention), compute the weights with
 # **your** `attention_scores` and `softmax(..., axis=-1)`, and return the mean of **your**
-# `effective_keys` over all rows.
+# `effective_keys` over all rows. The hidden tests use more keys than queries or fewer, so
+# the order of Q and K matters there.
 
 # %% nbgrader={"grade_id": "mean_effective_keys", "solution": true}
-def mean_effective_keys(d_k, rng, scaled=True, n_draws=40, n_tokens=8):
+def mean_effective_keys(d_k, rng, scaled=True, n_draws=40, n_tokens=8, n_keys=None):
     """Average effective keys of attention rows on random queries and keys.
 
     Args:
@@ -314,15 +316,16 @@ def mean_effective_keys(d_k, rng, scaled=True, n_draws=40, n_tokens=8):
         rng: a numpy.random.Generator; every random number comes from it.
         scaled: divide the scores by sqrt(d_k) (True) or not (False).
         n_draws: number of independent sequences.
-        n_tokens: tokens per sequence (T_q = T_k = n_tokens).
+        n_tokens: queries per sequence (T_q = n_tokens).
+        n_keys: keys per sequence (T_k); None means n_tokens, as in self-attention.
 
     Returns:
         float: effective keys averaged over the n_draws * n_tokens rows.
     """
     ### BEGIN SOLUTION
-    Q = rng.standard_normal((n_draws, n_tokens, d_k))  # (n_draws, T, d_k)
-    K = rng.standard_normal((n_draws, n_tokens, d_k))  # (n_draws, T, d_k)
-    weights = softmax(np.asarray(attention_scores(Q, K, scaled=scaled)), axis=-1)  # (n_draws, T, T)
+    Q = rng.standard_normal((n_draws, n_tokens, d_k))  # (n_draws, T_q, d_k)
+    K = rng.standard_normal((n_draws, n_tokens if n_keys is None else n_keys, d_k))  # (n_draws, T_k, d_k)
+    weights = softmax(np.asarray(attention_scores(Q, K, scaled=scaled)), axis=-1)  # (n_draws, T_q, T_k)
     return float(np.asarray(effective_keys(weights)).mean())  # mean over draws and rows
     ### END SOLUTION
 
@@ -340,7 +343,8 @@ expect_close(raw256, 1.21, "mean_effective_keys(256, rng, scaled=False)", atol=0
              hint="Unscaled rows at d_k = 256 are nearly one-hot; a value near 5.8 means scaled=False was ignored.")
 
 # %% nbgrader={"grade": true, "grade_id": "test_mean_effective_keys_hidden", "points": 3}
-# Hidden tests: fresh seeds, other d_k and other numbers of tokens, scaled and unscaled.
+# Hidden tests: fresh seeds, other d_k, other numbers of queries and of keys (n_keys != n_tokens), scaled
+# and unscaled.
 ### BEGIN HIDDEN TESTS
 from mlbook.labs.lab02_scaling import hidden
 hidden.check_mean_effective_keys(mean_effective_keys)
@@ -560,6 +564,10 @@ print(f"sqrt(2 ln T)     = {bound / math.sqrt(d_k):.2f};   the same after scalin
 # of plain gradient descent u ← u − lr · ∂L/∂u on the loss L = mean over all entries of
 # (softmax(S₀ / τ) V − Y)², and return τ = e^u as a float. Use torch autograd (make u a 0-d float64
 # tensor with `requires_grad=True`) or write the gradient above in NumPy.
+#
+# **Tolerance.** Your τ after a few steps is compared with the grader's own float64 descent to a
+# relative 1e-5. Working in float32 (torch's default dtype) moves τ by about 1e-7 and is accepted;
+# a step more or fewer, or a step on τ instead of log τ, moves it by far more and is not.
 
 # %% nbgrader={"grade_id": "temperature_data", "locked": true}
 import torch

@@ -49,6 +49,21 @@ def test_difference_sees_a_changed_output_and_not_an_equal_one():
     assert difference(Raised("ValueError"), x) is not None
 
 
+def test_a_stated_tolerance_admits_what_the_check_accepts_and_no_more():
+    import torch
+
+    from mlbook.labs.lab02_scaling.hidden.temperature import TAU_RTOL
+    from mlbook.labs.lab02_scaling.probes import TOLERANCES
+
+    assert TOLERANCES["learn_temperature"] == TAU_RTOL  # the check's own constant, not a second number
+    tau = 0.8783701322853983
+    assert difference(tau, tau * (1 + 1e-8)) is not None  # a float32 learner's tau: a difference by default
+    assert difference(tau, tau * (1 + 1e-8), rtol=TAU_RTOL) is None  # ... and none at the lab's tolerance
+    assert difference(tau, tau * (1 + 3 * TAU_RTOL), rtol=TAU_RTOL) is not None
+    x = torch.ones(3, dtype=torch.float64)
+    assert difference([x], [x * (1 + 1e-7)]) is not None and difference([x], [x * (1 + 1e-7)], rtol=1e-5) is None
+
+
 # one cheap answer cell per lab, analysed in full by its own checks
 ONE_PER_LAB = [("lab01_hand_attention", "project_qkv"), ("lab02_scaling", "effective_keys"),
                ("lab03_masks", "causal_mask"), ("lab04_transformer_block", "split_heads"),

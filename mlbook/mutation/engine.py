@@ -12,7 +12,8 @@ then the cell's own test cells (those before the next answer cell) on seeds 1 ..
   reference's: every call the checks made of the cell's functions on fresh seeds (1000, 1001, ...),
   each again with its floating tensors in the other precision (float32 <-> float64), and the lab's
   own probes (``mlbook/labs/<lab>/probes.py``: T = 1, T = 0, fully masked rows, ...), each run on
-  the reference and on the mutant from the same torch seed.
+  the reference and on the mutant from the same torch seed. Outputs agree within a few units in the
+  last place, or within the relative tolerance the lab states for that answer (probes.py ``TOLERANCES``).
 - **survived**: full marks, yet some of those inputs tells it from the reference; reported with its
   diff and that input.
 """
@@ -95,19 +96,23 @@ class Raised:
     kind: str
 
 
-def difference(a, b, path: str = "output") -> str | None:
+def difference(a, b, path: str = "output", rtol: float = 0.0) -> str | None:
     """Where two outputs differ (None when no grader could tell them apart).
 
     Tensors must agree in shape and dtype, and in value within a few float32 (or float64) units
     in the last place, NaN matching NaN; modules are compared by their state and parameters;
-    an exception matches an exception of the same type (not its message).
+    an exception matches an exception of the same type (not its message). ``rtol``: the relative
+    tolerance the lab states for this answer (probes.py ``TOLERANCES``), when it is looser.
     """
     import torch
+
+    def within(x, y, where):
+        return difference(x, y, where, rtol)
 
     if isinstance(a, Raised) or isinstance(b, Raised):
         return None if a == b else f"{path}: {_describe(a)} vs {_describe(b)}"
     if isinstance(a, torch.nn.Module) and isinstance(b, torch.nn.Module):
-        return difference(dict(a.state_dict()), dict(b.state_dict()), f"{path}.state_dict()")
+        return within(dict(a.state_dict()), dict(b.state_dict()), f"{path}.state_dict()")
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
         if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
             return f"{path}: {_describe(a, 120)} vs {_describe(b, 120)}"
@@ -116,7 +121,7 @@ def difference(a, b, path: str = "output") -> str | None:
         a, b = a.detach(), b.detach()
         if a.is_floating_point() or a.is_complex():
             tol = 1e-12 if a.dtype == torch.float64 else 1e-5
-            if not torch.allclose(a, b, rtol=tol, atol=tol, equal_nan=True):
+            if not torch.allclose(a, b, rtol=max(tol, rtol), atol=tol, equal_nan=True):
                 gap = (a - b).abs().nan_to_num(float("inf")).max().item()
                 return f"{path}: values differ (largest gap {gap:.3g}): {_describe(a, 150)} vs {_describe(b, 150)}"
             return None
@@ -126,22 +131,22 @@ def difference(a, b, path: str = "output") -> str | None:
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)) or a.shape != b.shape or a.dtype != b.dtype:
             return f"{path}: {_describe(a, 150)} vs {_describe(b, 150)}"
-        return difference(torch.from_numpy(np.ascontiguousarray(a)) if a.dtype != object else a.tolist(),
-                          torch.from_numpy(np.ascontiguousarray(b)) if b.dtype != object else b.tolist(), path)
+        return within(torch.from_numpy(np.ascontiguousarray(a)) if a.dtype != object else a.tolist(),
+                      torch.from_numpy(np.ascontiguousarray(b)) if b.dtype != object else b.tolist(), path)
     if isinstance(a, np.generic) and isinstance(b, np.generic):
         a, b = a.item(), b.item()
     if isinstance(a, dict) and isinstance(b, dict):
         if a.keys() != b.keys():
             return f"{path}: keys {sorted(map(str, a))} vs {sorted(map(str, b))}"
-        return next((d for k in a if (d := difference(a[k], b[k], f"{path}[{k!r}]"))), None)
+        return next((d for k in a if (d := within(a[k], b[k], f"{path}[{k!r}]"))), None)
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
         if type(a) is not type(b) or len(a) != len(b):
             return f"{path}: {_describe(a, 150)} vs {_describe(b, 150)}"
-        return next((d for i, (x, y) in enumerate(zip(a, b)) if (d := difference(x, y, f"{path}[{i}]"))), None)
+        return next((d for i, (x, y) in enumerate(zip(a, b)) if (d := within(x, y, f"{path}[{i}]"))), None)
     if isinstance(a, float) and isinstance(b, float):
         if a != a and b != b:
             return None
-        return None if abs(a - b) <= 1e-9 * max(1.0, abs(a)) else f"{path}: {a!r} vs {b!r}"
+        return None if abs(a - b) <= max(1e-9, rtol) * max(1.0, abs(a)) else f"{path}: {a!r} vs {b!r}"
     if callable(a) and callable(b):
         return None  # a function returned: its calls are not probed here
     if type(a) is type(b) and type(a).__eq__ is object.__eq__:
@@ -283,6 +288,10 @@ class LabRun:
         make = getattr(self.probes, "PROBES", {}).get(name)
         return list(make(seed)) if make else []
 
+    def tolerance(self, name: str) -> float:
+        """The relative tolerance the lab states for answer ``name`` (probes.py ``TOLERANCES``; 0: none)."""
+        return float(getattr(self.probes, "TOLERANCES", {}).get(name, 0.0)) if self.probes is not None else 0.0
+
     def probe_drivers(self, name: str) -> list[Callable]:
         if self.probes is None:
             return []
@@ -347,17 +356,18 @@ def _grade_in_child(run: LabRun, target: _Cell, namespace: dict, answer: str, se
         ref, mut = reference_objects.get(name), mutant_objects.get(name)
         if ref is None and mut is None:
             continue
+        differ = functools.partial(difference, rtol=run.tolerance(name))  # the answer's stated tolerance
         if not callable(ref) or inspect.isclass(ref):
             found = None
             if not callable(ref):
-                found = difference(ref, mut, name)
+                found = differ(ref, mut, name)
                 if found:
                     return {"status": "survived", "reason": found, "distinguishing_input": f"the value {name}"}
             for driver in run.probe_drivers(name):
                 for seed in (0, 1):
                     a = _drive(driver, ref, seed)
                     b = _drive(driver, mut, seed)
-                    if found := difference(a, b, f"{driver.__name__}({name})"):
+                    if found := differ(a, b, f"{driver.__name__}({name})"):
                         return {"status": "survived", "reason": found,
                                 "distinguishing_input": f"probe {driver.__name__}, seed {seed}"}
             continue
@@ -373,14 +383,14 @@ def _grade_in_child(run: LabRun, target: _Cell, namespace: dict, answer: str, se
         for k, (origin, args, kwargs) in enumerate(inputs):
             a, a_args, a_kwargs = _call(ref, args, kwargs, k)
             b, b_args, b_kwargs = _call(mut, args, kwargs, k)
-            found = difference(a, b, f"{name}(...)") or difference((a_args, a_kwargs), (b_args, b_kwargs),
-                                                                    f"{name}'s arguments after the call")
+            found = differ(a, b, f"{name}(...)") or differ((a_args, a_kwargs), (b_args, b_kwargs),
+                                                            f"{name}'s arguments after the call")
             if found:
                 return {"status": "survived", "reason": found,
                         "distinguishing_input": f"{origin}: args={_describe(args, 600)} kwargs={_describe(kwargs, 200)}"}
         for driver in run.probe_drivers(name):
             for seed in (0, 1):
-                if found := difference(_drive(driver, ref, seed), _drive(driver, mut, seed), f"{driver.__name__}({name})"):
+                if found := differ(_drive(driver, ref, seed), _drive(driver, mut, seed), f"{driver.__name__}({name})"):
                     return {"status": "survived", "reason": found,
                             "distinguishing_input": f"probe {driver.__name__}, seed {seed}"}
     return {"status": "equivalent"}

@@ -13,8 +13,8 @@ _SCORES_DOC = '''def attention_scores(Q, K, scaled=True):
 _ENTROPY_DOC = '''def row_entropy(weights, base):
     """(..., T_k) weights -> (...) entropy of each row in the given log base, 0 log 0 = 0."""
 '''
-_MEAN_KEYS_DOC = '''def mean_effective_keys(d_k, rng, scaled=True, n_draws=40, n_tokens=8):
-    """Effective keys averaged over every row of n_draws random (n_tokens, d_k) Q and K."""
+_MEAN_KEYS_DOC = '''def mean_effective_keys(d_k, rng, scaled=True, n_draws=40, n_tokens=8, n_keys=None):
+    """Effective keys averaged over every row of n_draws random (n_tokens, d_k) Q and (n_keys, d_k) K."""
 '''
 _JACOBIAN_DOC = '''def softmax_jacobian(a):
     """(..., T) softmax rows -> (..., T, T) Jacobians diag(a) - a a^T."""
@@ -69,6 +69,15 @@ MUTANTS += mutants_of("mean_effective_keys", "test_mean_effective_keys", [
 MUTANTS += mutants_of("mean_effective_keys", ("test_mean_effective_keys_hidden",), [
     ("mek-softmax-over-queries", "the collapse experiment's softmax taken over the queries (axis 1), not the keys",
      patch("scaled=scaled)), axis=-1)", "scaled=scaled)), axis=1)"), r"over the queries"),
+])
+# Q and K swapped in the scores: with as many keys as queries K Q^T has the law of Q K^T (the visible
+# test cannot tell), so the hidden check draws n_keys = n_tokens / 2 or 2 n_tokens, where the rows of
+# K Q^T run over the wrong count. Ignoring n_keys is caught there too.
+MUTANTS += mutants_of("mean_effective_keys", ("test_mean_effective_keys_hidden",), [
+    ("mek-scores-swapped", "the collapse experiment's scores computed as attention_scores(K, Q): rows over queries",
+     patch("attention_scores(Q, K, scaled=scaled)", "attention_scores(K, Q, scaled=scaled)"), r"attention_scores\(K, Q\)"),
+    ("mek-n-keys-ignored", "the collapse experiment draws as many keys as queries, ignoring n_keys",
+     patch("(n_draws, n_tokens if n_keys is None else n_keys, d_k)", "(n_draws, n_tokens, d_k)"), r"with n_tokens rows"),
 ])
 # Another measure of spread, right at both ends (uniform and one-hot rows), which the visible test checks.
 MUTANTS += mutants_of("effective_keys", ("test_effective_keys_hidden",), [
@@ -180,6 +189,12 @@ def linear_attention_step(state, q, k, v):
 
     return entropy(weights, base=base, axis=-1)
 '''}),
+    Alternative(name="log-epsilon", description="row_entropy with an epsilon of 1e-8 inside the log, and "
+                "learn_temperature in float32 (torch's default dtype)", cells={
+        "row_entropy": _ENTROPY_DOC + '''    return -np.sum(weights * np.log(weights + 1e-8), axis=-1) / np.log(base)
+''',
+        "learn_temperature": patch("dtype=torch.float64", "dtype=torch.float32", count=2),
+    }),
     Alternative(name="scipy-special-entr", description="row_entropy with scipy.special.entr, which defines 0 log 0 = 0",
                 cells={"row_entropy": _ENTROPY_DOC + '''    from scipy.special import entr
 
@@ -234,7 +249,7 @@ def softmax_jacobian(a):
         "mean_effective_keys": _MEAN_KEYS_DOC + '''    per_draw = []
     for _ in range(n_draws):
         Q = rng.standard_normal((n_tokens, d_k))
-        K = rng.standard_normal((n_tokens, d_k))
+        K = rng.standard_normal((n_keys or n_tokens, d_k))
         weights = softmax(np.asarray(attention_scores(Q, K, scaled=scaled)), axis=-1)
         per_draw.append(np.asarray(effective_keys(weights)).mean())
     return float(np.mean(per_draw))

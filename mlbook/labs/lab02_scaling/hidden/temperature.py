@@ -10,6 +10,13 @@ import numpy as np
 from ...kit import ask_number, diagnose, fail, fresh_rng, softmax
 from ._common import ONE_NUMBER
 
+# The relative tolerance on tau after a few exact steps, as the lab text states it: a learner in float32
+# (torch's default dtype, the catalogue's SGD alternative) lands within a few float32 units in the last
+# place (1.2e-7 each) of the float64 descent, far inside 1e-5, while the known mistakes (a step fewer or
+# more, steps on tau) move tau by far more. probes.py gives mlbook mutate the same tolerance, so an
+# answer this check accepts counts as the reference there too.
+TAU_RTOL = 1e-5
+
 
 def _learned_tau(Q: np.ndarray, K: np.ndarray, V: np.ndarray, Y: np.ndarray, steps: int, lr: float, *,
                  on_log: bool = True, downhill: bool = True, sqrt_dk: bool = True, divide: bool = True) -> float:
@@ -49,7 +56,7 @@ def check_learn_temperature(learn_temperature: Callable) -> None:
     got = ask_number(learn_temperature, Q.copy(), K.copy(), V.copy(), Y.copy(), steps=steps, lr=lr, what=what,
                      hint=ONE_NUMBER)
     want = _learned_tau(Q, K, V, Y, steps, lr)
-    if not abs(got - want) <= 1e-5 * abs(want):
+    if not abs(got - want) <= TAU_RTOL * abs(want):
         message = diagnose(got, {
             "the steps were taken on tau itself: step on u = log tau and return exp(u)":
                 lambda: _learned_tau(Q, K, V, Y, steps, lr, on_log=False),
@@ -58,8 +65,8 @@ def check_learn_temperature(learn_temperature: Callable) -> None:
                 lambda: _learned_tau(Q, K, V, Y, steps, lr, sqrt_dk=False),
             "tau multiplied the scores instead of dividing them": lambda: _learned_tau(Q, K, V, Y, steps, lr, divide=False),
             "that is one step fewer or one more than asked": lambda: _learned_tau(Q, K, V, Y, steps - 1, lr),
-        }, atol=0, rtol=1e-5)
-        if message is None and abs(got - _learned_tau(Q, K, V, Y, steps + 1, lr)) <= 1e-5 * abs(want):
+        }, atol=0, rtol=TAU_RTOL)
+        if message is None and abs(got - _learned_tau(Q, K, V, Y, steps + 1, lr)) <= TAU_RTOL * abs(want):
             message = "that is one step fewer or one more than asked"
         fail(what, f"got tau = {got:.6g} after {steps} steps from tau = 1", message or
              "Start from u = 0; each step u <- u - lr * dL/du with L the MEAN squared error of "
