@@ -32,6 +32,10 @@
 # run when your notebook is graded, on fresh random inputs of other shapes. A failing test
 # tells you the likely misconception. The written answer in section 8 is graded by a TA.
 #
+# **Precision.** Your NumPy functions may compute in float64 or in float32: a float32 input may
+# give a float32 result, and the tests compare each result with the accuracy of the precision it
+# was computed in (float32 rounding is not a mistake).
+#
 # **Convention, for the whole lab: a mask is True where attention is allowed.**
 
 # %% [markdown]
@@ -463,7 +467,9 @@ hidden.check_row_attention(row_attention)
 # ## 6. Two properties every attention output has
 #
 # Run these checks before you believe any heat map:
-# * every row of the weights is a probability distribution (non-negative, sums to 1);
+# * every row of the weights is a probability distribution: non-negative, and **each row on its
+#   own** sums to 1 (a total or a mean of the row sums lets one row's excess hide another's
+#   shortfall); a row holding NaN is no distribution, so the verdict on it is `False`;
 # * every output row lies in the **convex hull** of the value rows: it is a weighted average,
 #   so in each coordinate it lies between the smallest and the largest value.
 #
@@ -471,7 +477,7 @@ hidden.check_row_attention(row_attention)
 
 # %% nbgrader={"grade_id": "property_checks", "solution": true}
 def rows_are_distributions(weights, atol=1e-6):
-    """True when every row of (T_q, T_k) `weights` is non-negative and sums to 1 within atol."""
+    """True when every row of (T_q, T_k) `weights` is non-negative and sums to 1 within atol (False on NaN)."""
     ### BEGIN SOLUTION
     weights = np.asarray(weights, dtype=float)
     return bool(np.all(weights >= -atol) and np.allclose(weights.sum(axis=-1), 1.0, atol=atol))
@@ -635,7 +641,8 @@ hidden.check_gradient_x_input(gradient_x_input)
 # their **rankings**: Spearman's ρ is the Pearson correlation of the ranks. Rank each array
 # (1 for the smallest); **tied values share the average of the ranks they occupy** (two values
 # tied for ranks 2 and 3 both get 2.5); then correlate the two rank vectors. ρ = 1 means the same
-# order, −1 the reverse order, 0 no monotone relation.
+# order, −1 the reverse order, 0 no monotone relation. A **constant** array has no ranking (its
+# centred ranks are all 0): ρ is undefined and `spearman` returns `nan`, not 0.
 #
 # Write `spearman(a, b)` in NumPy (no `scipy.stats`): ties occur here, since the classifier gives
 # equal weight to words it has no affinity for. Two warnings: `np.argsort` returns the *order*

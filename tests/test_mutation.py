@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from harness import REPO
-from mlbook.mutation.engine import Raised, analyse_lab, difference
+from mlbook.mutation.engine import Raised, analyse_lab, difference, float32_rounding
 from mlbook.mutation.operators import cell_mutants
 
 TINY = '''import torch
@@ -62,6 +62,19 @@ def test_a_stated_tolerance_admits_what_the_check_accepts_and_no_more():
     assert difference(tau, tau * (1 + 3 * TAU_RTOL), rtol=TAU_RTOL) is not None
     x = torch.ones(3, dtype=torch.float64)
     assert difference([x], [x * (1 + 1e-7)]) is not None and difference([x], [x * (1 + 1e-7)], rtol=1e-5) is None
+
+
+def test_an_answer_the_lab_lets_compute_in_float32_is_compared_at_float32_rounding():
+    import numpy as np
+
+    x = np.linspace(0.0, 1.0, 6).reshape(2, 3)  # (2, 3) float64
+    rounded = x.astype(np.float32)  # (2, 3): the same values in float32
+    assert difference(x, rounded) is not None  # by default the dtype is part of the output
+    assert difference(x, rounded, float32_atol=1e-5) is None
+    assert difference((x, x), (rounded, x + 1e-9), float32_atol=1e-5) is None
+    assert difference(x, x + 1e-3, float32_atol=1e-5) is not None  # a real change still shows
+    assert difference(x, x[:1], float32_atol=1e-5) is not None  # and so does another shape
+    assert float32_rounding((np.full(3, 3000.0),), {}) > float32_rounding((np.ones(3),), {}) >= 1e-5
 
 
 # one cheap answer cell per lab, analysed in full by its own checks

@@ -14,6 +14,8 @@ then the cell's own test cells (those before the next answer cell) on seeds 1 ..
   own probes (``mlbook/labs/<lab>/probes.py``: T = 1, T = 0, fully masked rows, ...), each run on
   the reference and on the mutant from the same torch seed. Outputs agree within a few units in the
   last place, or within the relative tolerance the lab states for that answer (probes.py ``TOLERANCES``).
+  An answer the lab lets compute in float32 (``FLOAT32_ACCEPTED`` in its probes) is compared at
+  float32's precision, float32 and float64 results alike (``difference``'s ``float32_atol``).
 - **survived**: full marks, yet some of those inputs tells it from the reference; reported with its
   diff and that input.
 """
@@ -96,15 +98,22 @@ class Raised:
     kind: str
 
 
-def difference(a, b, path: str = "output", rtol: float = 0.0) -> str | None:
+def difference(a, b, path: str = "output", rtol: float = 0.0, float32_atol: float | None = None) -> str | None:
     """Where two outputs differ (None when no grader could tell them apart).
 
     Tensors must agree in shape and dtype, and in value within a few float32 (or float64) units
     in the last place, NaN matching NaN; modules are compared by their state and parameters;
     an exception matches an exception of the same type (not its message). ``rtol``: the relative
     tolerance the lab states for this answer (probes.py ``TOLERANCES``), when it is looser.
+
+    ``float32_atol``: the answer may compute in float32 (the lab says so, ``FLOAT32_ACCEPTED``):
+    float32 and float64 tensors then count as one dtype and values agree within ``float32_atol``
+    (and a relative 1e-5), the rounding float32 arithmetic makes on these inputs.
     """
     import torch
+
+    if float32_atol is not None:
+        return _difference_at_float32(a, b, path, float32_atol)
 
     def within(x, y, where):
         return difference(x, y, where, rtol)
@@ -156,6 +165,67 @@ def difference(a, b, path: str = "output", rtol: float = 0.0) -> str | None:
     except Exception:  # noqa: BLE001 - an object without equality: its text
         same = repr(a) == repr(b)
     return None if same else f"{path}: {_describe(a, 150)} vs {_describe(b, 150)}"
+
+
+def _difference_at_float32(a, b, path: str, atol: float) -> str | None:
+    """``difference`` for an answer the lab lets compute in float32 (see its ``float32_atol``)."""
+    import numpy as np
+    import torch
+
+    def widened(v):
+        if isinstance(v, np.ndarray) and v.dtype in (np.float32, np.float64):
+            v = torch.from_numpy(np.ascontiguousarray(v))
+        if isinstance(v, torch.Tensor) and v.dtype in (torch.float32, torch.float64):
+            return v.detach().to(torch.float64)
+        if isinstance(v, (list, tuple)) and not hasattr(v, "_fields"):
+            return type(v)(widened(x) for x in v)
+        if isinstance(v, dict):
+            return {k: widened(x) for k, x in v.items()}
+        return v
+
+    a, b = widened(a), widened(b)
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype == b.dtype == torch.float64:
+        if a.shape != b.shape:
+            return f"{path}: {_describe(a, 60)} vs {_describe(b, 60)}"
+        if not torch.allclose(a, b, rtol=1e-5, atol=atol, equal_nan=True):
+            gap = (a - b).abs().nan_to_num(float("inf")).max().item()
+            return f"{path}: values differ beyond float32 rounding (largest gap {gap:.3g}): {_describe(a, 150)} vs {_describe(b, 150)}"
+        return None
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and type(a) is type(b) and len(a) == len(b):
+        return next((d for i, (x, y) in enumerate(zip(a, b)) if (d := _difference_at_float32(x, y, f"{path}[{i}]", atol))),
+                    None)
+    if isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys():
+        return next((d for k in a if (d := _difference_at_float32(a[k], b[k], f"{path}[{k!r}]", atol))), None)
+    return difference(a, b, path)
+
+
+def float32_rounding(args, kwargs) -> float:
+    """The absolute error float32 arithmetic may make on these inputs: 1e-5, plus 8 float32 units
+    (eps = 1.2e-7) of the largest float among them (a score of 3000 is rounded by ~2e-4)."""
+    import numpy as np
+    import torch
+
+    largest = 0.0
+
+    def visit(v):
+        nonlocal largest
+        if isinstance(v, torch.Tensor) and v.is_floating_point() and v.numel():
+            v = v.detach().to(torch.float64).numpy()
+        if isinstance(v, np.ndarray) and v.dtype.kind == "f" and v.size:
+            finite = v[np.isfinite(v)]
+            if finite.size:
+                largest = max(largest, float(np.abs(finite).max()))
+        elif isinstance(v, float) and np.isfinite(v):
+            largest = max(largest, abs(v))
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                visit(x)
+        elif isinstance(v, dict):
+            for x in v.values():
+                visit(x)
+
+    visit((args, kwargs))
+    return 1e-5 + 8 * float(np.finfo(np.float32).eps) * largest
 
 
 def _call(function: Callable, args: tuple, kwargs: dict, seed: int):
@@ -292,6 +362,10 @@ class LabRun:
         """The relative tolerance the lab states for answer ``name`` (probes.py ``TOLERANCES``; 0: none)."""
         return float(getattr(self.probes, "TOLERANCES", {}).get(name, 0.0)) if self.probes is not None else 0.0
 
+    def float32_accepted(self) -> set[str]:
+        """The answers the lab lets compute in float32 (``FLOAT32_ACCEPTED`` in its probes)."""
+        return set(getattr(self.probes, "FLOAT32_ACCEPTED", ()) if self.probes is not None else ())
+
     def probe_drivers(self, name: str) -> list[Callable]:
         if self.probes is None:
             return []
@@ -380,11 +454,13 @@ def _grade_in_child(run: LabRun, target: _Cell, namespace: dict, answer: str, se
         for seed in (0, 1, 2):
             for args, kwargs in run.probe_inputs(name, seed):
                 inputs.append((f"probe (seed {seed})", args, kwargs))
+        float32_ok = name in run.float32_accepted()
         for k, (origin, args, kwargs) in enumerate(inputs):
             a, a_args, a_kwargs = _call(ref, args, kwargs, k)
             b, b_args, b_kwargs = _call(mut, args, kwargs, k)
-            found = differ(a, b, f"{name}(...)") or differ((a_args, a_kwargs), (b_args, b_kwargs),
-                                                            f"{name}'s arguments after the call")
+            atol = float32_rounding(args, kwargs) if float32_ok else None
+            found = differ(a, b, f"{name}(...)", float32_atol=atol) or differ((a_args, a_kwargs), (b_args, b_kwargs),
+                                                                              f"{name}'s arguments after the call")
             if found:
                 return {"status": "survived", "reason": found,
                         "distinguishing_input": f"{origin}: args={_describe(args, 600)} kwargs={_describe(kwargs, 200)}"}

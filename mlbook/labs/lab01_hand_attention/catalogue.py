@@ -70,6 +70,24 @@ MUTANTS += mutants_of("property_checks", ("test_property_checks_hidden",), [
      r"same column|whole of V"),
 ])
 
+# 6: rows_are_distributions, the four ways a property check passes rows that are no distributions: the total
+# or the mean of the row sums checked (one row's excess cancels another's shortfall, which the hidden check
+# builds), non-negativity not checked, and violations looked for rather than the property (NaN compares False).
+MUTANTS += mutants_of("property_checks", ("test_property_checks_hidden",), [
+    ("rows-total-only", "only the total of the weights checked (T_q), not each row's sum",
+     patch("np.allclose(weights.sum(axis=-1), 1.0, atol=atol)", "np.isclose(weights.sum(), len(weights), atol=atol)"),
+     r"on its own|total or the mean"),
+    ("rows-mean-only", "only the mean of the row sums checked, not each row's sum",
+     patch("np.allclose(weights.sum(axis=-1), 1.0, atol=atol)", "np.isclose(weights.sum(axis=-1).mean(), 1.0, atol=atol)"),
+     r"on its own|total or the mean"),
+    ("rows-no-negativity", "only the row sums checked: a negative weight in a row summing to 1 passes",
+     patch("np.all(weights >= -atol) and ", ""), r"negative"),
+    ("rows-nan-accepted", "violations looked for (any below -atol, any sum off by more than atol): NaN rows pass",
+     patch("return bool(np.all(weights >= -atol) and np.allclose(weights.sum(axis=-1), 1.0, atol=atol))",
+           "return bool(not np.any(weights < -atol) and not np.any(np.abs(weights.sum(axis=-1) - 1.0) > atol))"),
+     r"NaN"),
+])
+
 # 7: token importance, read off the attention weights instead of measured by masking (the
 # early return leaves the masking loop unused).
 MUTANTS += mutants_of("token_importance", "test_token_importance", [
@@ -102,6 +120,12 @@ MUTANTS += mutants_of("spearman", "test_spearman", [
     ("spearman-argsort-once", "np.argsort's output (the order) taken as the ranks",
      patch('r[np.argsort(x, kind="stable")] = np.arange(1, len(x) + 1)', 'r[:] = np.argsort(x, kind="stable") + 1'),
      r"not the ranks"),
+])
+
+# 7c: a constant array, whose rho is undefined (the lab asks for nan): 0 returned instead ("no relation").
+MUTANTS += mutants_of("spearman", ("test_spearman_hidden",), [
+    ("spearman-constant-wrong", "rho of a constant array taken as 0 instead of nan (undefined)",
+     patch('else float("nan")', "else 0.0"), r"constant array.*nan"),
 ])
 
 ALTERNATIVES = [
@@ -262,6 +286,48 @@ def gradient_x_input(classifier, words):
     return float(np.corrcoef(ranks(a), ranks(b))[0, 1])
 """,
     }),
+    Alternative(name="row-loops-unguarded-spearman-input-precision",
+                description="rows_are_distributions row by row with math.isfinite and math.isclose; Spearman's ranks "
+                            "from np.unique's counts, np.corrcoef giving nan on a constant array (0 / 0, unguarded); "
+                            "softmax_rows and row_attention in the input's own precision",
+                cells={
+        "property_checks": '''import math
+
+
+def rows_are_distributions(weights, atol=1e-6):
+    for row in np.asarray(weights, dtype=float):
+        if not all(math.isfinite(w) and w >= -atol for w in row):
+            return False
+        if not math.isclose(float(sum(row)), 1.0, rel_tol=0.0, abs_tol=atol):
+            return False
+    return True
+
+
+def outputs_in_value_range(out, V, atol=1e-6):
+    out, V = np.asarray(out, dtype=float), np.asarray(V, dtype=float)
+    return bool(((out >= V.min(axis=0) - atol) & (out <= V.max(axis=0) + atol)).all())
+''',
+        "spearman": '''def spearman(a, b):
+    def ranks(x):
+        _, inverse, counts = np.unique(np.asarray(x, dtype=float), return_inverse=True, return_counts=True)
+        below = np.cumsum(counts) - counts  # values smaller than each distinct value
+        return (below + (counts + 1) / 2)[inverse]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return float(np.corrcoef(ranks(a), ranks(b))[0, 1])
+''',
+        # the input's own precision kept (float32 in, float32 out), as the lab's "Precision" paragraph allows
+        "softmax_rows": '''def softmax_rows(S):
+    e = np.exp(S - S.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+''',
+        "row_attention": '''def row_attention(q, K, V, scaled=True):
+    scores = K @ q
+    if scaled:
+        scores = scores / np.sqrt(q.shape[-1])
+    weights = softmax_rows(scores[None, :])[0]
+    return weights @ V, weights
+''',
+    }),
     Alternative(name="torch-backward-and-loops",
                 description="gradient x input with logit.backward() and x.grad; Spearman in plain Python loops",
                 cells={
@@ -295,7 +361,8 @@ def spearman(a, b):
     ra, rb = ranks(a), ranks(b)
     ma, mb = sum(ra) / len(ra), sum(rb) / len(rb)
     cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
-    return cov / math.sqrt(sum((x - ma) ** 2 for x in ra) * sum((y - mb) ** 2 for y in rb))
+    spread = math.sqrt(sum((x - ma) ** 2 for x in ra) * sum((y - mb) ** 2 for y in rb))
+    return cov / spread if spread else math.nan
 """,
     }),
 ]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...kit import ask_array, ask_number, compare, diagnose, fail, fresh_rng, helper, seed
+from ...kit import (ask_array, ask_number, call_student, compare, data_array, describe, diagnose, fail, fresh_rng,
+                   helper, quiet, seed)
 
 # --- 7: token importance --------------------------------------------------------------------
 
@@ -159,3 +160,15 @@ def check_spearman(spearman) -> None:
         hint = diagnose(got, _spearman_variants(a, b), atol=1e-6, rtol=0)
         fail(what, f"returned {got:.4f}", hint or "Rank each array (ties: average rank), centre the ranks and take "
                                                    "their Pearson correlation.")
+    # A constant array has no ranking, so rho is undefined: the lab asks for nan (asked in every run).
+    n4 = int(rng.integers(4, 10))
+    level = float(rng.integers(-3, 4))
+    for label, a, b in ((f"{n4} numbers against a constant array", rng.normal(size=n4), np.full(n4, level)),
+                        (f"a constant array against {n4} numbers", np.full(n4, level), rng.normal(size=n4))):
+        what = f"spearman on {label}"
+        with quiet():
+            got = call_student(spearman, a.copy(), b.copy(), what=what)
+        arr = data_array(got) if not isinstance(got, bool) else None
+        if arr is None or arr.ndim != 0 or arr.dtype.kind != "f" or not np.isnan(arr):
+            fail(what, f"returned {describe(got)}", "A constant array has no ranking to compare, so rho is undefined: "
+                 "return nan (float('nan')), not 0 or +-1; its centred ranks are all 0, so guard the division.")

@@ -16,10 +16,31 @@ def check_property_checks(rows_are_distributions, outputs_in_value_range) -> Non
     negative = good.copy()
     negative[0] = 0.0
     negative[0, :2] = (1.2, -0.2)  # row 0 sums to 1 but has a negative weight
+    offsetting = good.copy()
+    offsetting[1] *= 1.01
+    offsetting[3] *= 0.99  # rows 1 and 3 sum to 1.01 and 0.99: the total and the mean row sum are still right
+    nan_row = good.copy()
+    nan_row[int(rng.integers(T_q))] = np.nan  # one row of NaN, as an overflowed softmax gives
+    causal = np.tril(np.ones((T_q, T_k), dtype=bool))  # (T_q, T_k): True where key j <= query i
+    masked = softmax(np.where(causal, rng.normal(size=(T_q, T_k)), -np.inf))  # (T_q, T_k): exact zeros, row 0 one-hot
+    loose = good * (1 + 1e-4)  # (T_q, T_k): every row sums to 1.0001
     _expect_verdicts(rows_are_distributions, "rows_are_distributions", {
         "valid random weights": ((good,), True),
         "one row summing to 1.01": ((good + np.eye(T_q, T_k) * 0.01,), False),
-        "a negative weight with rows still summing to 1": ((negative,), False),
+        "a negative weight with rows still summing to 1": ((negative,), False,
+            "A weight is negative although its row sums to 1: a distribution also needs every weight >= -atol."),
+        "one row summing to 1.01 and another to 0.99 (the total and the mean row sum are right)": ((offsetting,), False,
+            "Each row must sum to 1 on its own: checking the total or the mean of the row sums lets one row's excess "
+            "cancel another's shortfall."),
+        "causal weights (exact zeros on the masked keys, a one-hot first row)": ((masked,), True,
+            "A weight of exactly 0 (a masked key) is allowed: non-negative means >= -atol, not > 0 or >= atol."),
+        "rows summing to 1.0001, with atol=1e-3": ((loose, 1e-3), True,
+            "Use the atol you are given: rows within atol of 1 sum to 1."),
+        "rows summing to 1.0001, with atol=1e-5": ((loose, 1e-5), False,
+            "Use the atol you are given: a row 1e-4 off is not within 1e-5 of 1."),
+        "one row of NaN": ((nan_row,), False,
+            "A NaN row is no distribution: every comparison with NaN is False, so a test that looks only for "
+            "violations (any(w < -atol), any(|sum - 1| > atol)) lets it pass; test that the property holds."),
         "columns (not rows) summing to 1": ((softmax(rng.normal(size=(T_q, T_k)), axis=0),), False),
     }, "Check non-negativity and that each row (last axis) sums to 1 within atol.")
     # Columns of V on different scales (column c spread 2 ** c): a range taken over the whole of V
@@ -63,7 +84,7 @@ def _verdict(check, args: tuple, what: str) -> bool:
     """The student's verdict on copies of ``args``: a truth value, NumPy's np.True_ (what np.all returns)
     included, which crosses from the kernel as a one-entry boolean array; never a number."""
     with quiet():
-        res = call_student(check, *(a.copy() for a in args), what=what)
+        res = call_student(check, *(a.copy() if isinstance(a, np.ndarray) else a for a in args), what=what)
     arr = None if isinstance(res, (bool, list, tuple)) else data_array(res)
     if arr is not None and arr.dtype.kind == "b" and arr.size == 1:
         res = arr.reshape(())
