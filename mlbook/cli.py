@@ -135,12 +135,19 @@ def cmd_autograde(args) -> int:
 
 
 def cmd_feedback(args) -> int:
-    from mlbook.outputs.feedback import generate_feedback
+    from mlbook.outputs.feedback import generate_feedback, pending_written
+    from mlbook.outputs.results import collect
 
     course = _course(args)
     for lab in course.resolve_labs(args.labs):
         pages = generate_feedback(course, lab, args.student or None)
         print(f"{lab}: {len(pages)} feedback page(s) in feedback/")
+        if pending := pending_written(collect(course, lab, args.student or None)):
+            points = sum(p for _, p in pending.values())
+            print(f"warning: {lab}: {len(pending)} student(s) have written answers not graded yet ({points:g} points in "
+                  f"all: {', '.join(sorted(pending)[:5])}{', ...' if len(pending) > 5 else ''}); their pages say "
+                  "the score is not final. Grade them in the formgrader, then run `mlbook feedback` again "
+                  "before handing back.", file=sys.stderr)
         if args.lms:
             from mlbook.lms.handback import write_handback
 

@@ -124,6 +124,23 @@ def test_feedback_shows_the_misconception_but_never_hidden_tests(graded):
 
 
 @pytest.mark.slow
+def test_feedback_says_when_written_answers_still_await_a_ta(graded):
+    from mlbook.outputs.feedback import pending_written
+    from mlbook.outputs.results import collect
+
+    lab = graded(LAB)
+    done = subprocess.run([*MLBOOK, "--course", str(lab.course.root), "feedback", LAB, "--student", "reference",
+                           "--student", "untouched"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    pending = pending_written(collect(lab.course, LAB, ["reference", "untouched"]))
+    # the reference wrote its explanation (a TA must grade it); the untouched release wrote nothing (0, no TA)
+    assert set(pending) == {"reference"}, pending
+    assert "written answers not graded yet" in done.stderr and "reference" in done.stderr, done.stderr
+    assert 'id="written-answers-pending"' in lab.course.feedback("reference", LAB).read_text()
+    assert 'id="written-answers-pending"' not in lab.course.feedback("untouched", LAB).read_text()
+
+
+@pytest.mark.slow
 def test_rerun_skips_students_already_graded(graded):
     from mlbook.grading import autograde
 

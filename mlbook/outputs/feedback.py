@@ -6,6 +6,9 @@ that says what happened and what to do, so nobody is left without feedback. A la
 page opens with a box saying when it was handed in, its due date (the extension's when the
 student has one), the hours late, the score before the penalty and the penalty; nbgrader's own
 score line below it already counts the penalty (the gradebook's is brought up to date first).
+A page whose written answers a TA has not graded yet opens with a box saying so (nbgrader shows
+them as "Score: 0.0"), and ``pending_written`` lets ``mlbook feedback`` warn before anything is
+handed back.
 """
 
 from __future__ import annotations
@@ -46,20 +49,42 @@ score: {score:g} / {max:g}.</div>
 """
 
 
-def _add_late_box(page: Path, result, policy: str) -> None:
-    """Put the late box at the top of nbgrader's feedback page."""
+_PENDING_BOX = """<div style="border-left:4px solid #2980b9;background:#eef5fb;padding:0.6em 1.2em;margin:1em auto;
+max-width:60em;font-family:sans-serif" id="written-answers-pending" data-pending="{count}" data-points="{points:g}">
+<b>Not final yet.</b> {count} written answer(s) worth {points:g} point(s) are still with your TA: they show as
+0 below until they are graded, and your score will change then.</div>
+"""
+
+
+def pending_written(results) -> dict[str, tuple[int, float]]:
+    """student -> (written answers not graded yet, their points), for graded results that have any."""
+    pending = {}
+    for r in results:
+        if r.status != GRADED:
+            continue
+        waiting = [c for c in r.cells.values() if c.kind == "manual" and c.score is None]
+        if waiting:
+            pending[r.student] = (len(waiting), sum(c.max_score for c in waiting))
+    return pending
+
+
+def _add_box(page: Path, box: str) -> None:
+    """Put ``box`` at the top of nbgrader's feedback page."""
     text = page.read_text(encoding="utf-8")
-    box = _LATE_BOX.format(hours=result.hours_late, raw=result.raw_score, penalty=result.late_penalty,
-                           score=result.score, max=result.max_score, policy=html.escape(policy),
-                           submitted=result.submitted_at.strftime("%Y-%m-%d %H:%M UTC"),
-                           due=result.due.strftime("%Y-%m-%d %H:%M UTC"),
-                           extended=" (your extension)" if result.extended else "")
     head, sep, rest = text.partition("<body>")
     mode = page.stat().st_mode & 0o777
     write_atomic(page, head + sep + "\n" + box + rest if sep else box + text)
     # the page keeps nbgrader's mode (0644): a new file takes the grader's umask (0660 with the staff
     # group's 007), nbgrader's release copies the mode into the exchange, and the student could not read it
     os.chmod(page, mode)
+
+
+def _late_box(result, policy: str) -> str:
+    return _LATE_BOX.format(hours=result.hours_late, raw=result.raw_score, penalty=result.late_penalty,
+                           score=result.score, max=result.max_score, policy=html.escape(policy),
+                           submitted=result.submitted_at.strftime("%Y-%m-%d %H:%M UTC"),
+                           due=result.due.strftime("%Y-%m-%d %H:%M UTC"),
+                           extended=" (your extension)" if result.extended else "")
 
 
 def generate_feedback(course: Course, lab: str, students: list[str] | None = None) -> list[Path]:
@@ -72,7 +97,9 @@ def generate_feedback(course: Course, lab: str, students: list[str] | None = Non
     store = StatusStore(course.status_file)
     schedule = load_schedule(course)
     refresh_gradebook(course, lab)
-    late = {r.student: r for r in collect(course, lab, students) if r.status == GRADED and r.late} if schedule else {}
+    results = collect(course, lab, students)
+    late = {r.student: r for r in results if r.status == GRADED and r.late} if schedule else {}
+    pending = pending_written(results)
     api, pages = None, []
     for student in students:
         attempt = store.get(lab, student)
@@ -82,8 +109,10 @@ def generate_feedback(course: Course, lab: str, students: list[str] | None = Non
             with in_course(course):
                 result = api.generate_feedback(lab, student, force=True)
             if result.get("success") and page.is_file():
+                if student in pending:
+                    _add_box(page, _PENDING_BOX.format(count=pending[student][0], points=pending[student][1]))
                 if student in late:
-                    _add_late_box(page, late[student], schedule.late.describe())
+                    _add_box(page, _late_box(late[student], schedule.late.describe()))
                 pages.append(page)
                 continue
             reason = f"feedback could not be generated: {failure_reason(result)}"
