@@ -22,7 +22,7 @@
 # 3. write the paper's sinusoidal positions, then rotary positions (RoPE) in both layouts in use,
 #    test that a RoPE score depends only on the offset m − n, compare with the sinusoids and
 #    ALiBi, and rotate one new token during cached decoding;
-# 4. assemble a `TransformerBlock` and test it on the lesson's six tokens: shapes, normalised
+# 4. assemble a `TransformerBlock` and test it on six tokens: shapes, normalised
 #    rows, permutations, the causal mask; then remove the residual and describe what changes;
 # 5. write attention's forward **and backward** pass in NumPy and check it against autograd;
 # 6. count FLOPs (memory is lab 6's); an ungraded extension finds where the n × n part of a
@@ -674,9 +674,11 @@ class TransformerBlock(nn.Module):
 
 
 # %% [markdown]
-# ### The lesson's block on six tokens
+# ### A block of the lesson's size, on six tokens
 #
-# Two heads, d_model = 8, d_ff = 32, seeded random weights (nothing is trained). The graded
+# Two heads, d_model = 8, d_ff = 32, seeded random weights (nothing is trained). The tokens,
+# the initialisation and the layers are this lab's own, not the lesson's, so its printed numbers
+# are not the lesson's; the three properties are, and they hold for any weights. The graded
 # cells below check, in order: the output shape and the normalised rows; that permuting the
 # tokens only permutes the outputs without positions, and no longer does with positions; that
 # with a causal mask, changing the last token leaves every earlier output unchanged. (The
