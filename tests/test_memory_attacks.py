@@ -141,6 +141,13 @@ _PREPARED = {  # name -> code that makes a buffer resident when the answer cell 
                     "def _scores_view(n, dtype):\n    return _t.from_numpy(_RAW).view(dtype)[:n]\n"),
     "bytearray": ("import torch as _t\n_RAW = bytearray(b'\\1' * _BUF_BYTES)\n"
                   "def _scores_view(n, dtype):\n    return _t.frombuffer(_RAW, dtype=dtype)[:n]\n"),
+    # the kernel is the student's: a no-op the grader calls for its round-trip baseline, replaced by
+    # one that reads the whole buffer, would hide the buffer in the baseline but for its cap
+    "faked-baseline": ("import torch as _t\n_RAW = _t.ones(_BUF_BYTES, dtype=_t.uint8)  # (bytes,)\n"
+                       "_real_atleast_1d = _t.atleast_1d\n"
+                       "def _touching(*tensors):\n    _RAW.sum()\n    return _real_atleast_1d(*tensors)\n"
+                       "_t.atleast_1d = _touching\n"
+                       "def _scores_view(n, dtype):\n    return _RAW.view(dtype)[:n]\n"),
     "anonymous-mmap": ("import mmap as _mm, torch as _t\n_RAW = _mm.mmap(-1, _BUF_BYTES)\n_RAW.write(b'\\1' * _BUF_BYTES)\n"
                        "def _scores_view(n, dtype):\n    return _t.frombuffer(_RAW, dtype=dtype)[:n]\n"),
 }
@@ -187,15 +194,34 @@ def lab6_batch(tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="lab 6 still measures peak growth only: with referenced=True the reference's "
-                   "backward was charged ~8 MiB of round-trip pages at both lengths (over the absolute T x T rule); "
-                   "an idle round trip's baseline must be subtracted first")
 def test_prepared_buffers_lose_the_memory_points_and_nothing_else(lab6_batch):
     full = lab6_batch["bystander-a"]
     scores = {name: c.score for name, c in full.auto_cells.items()}
     for student in ("bystander-z", "alt-float64-copies"):
-        assert {n: c.score for n, c in lab6_batch[student].auto_cells.items()} == scores, student
+        cells = lab6_batch[student].auto_cells
+        assert {n: c.score for n, c in cells.items()} == scores, (
+            student, {n: c.message for n, c in cells.items() if c.score != scores[n]})
+    # the memory points: the check measured from outside, and the cells that count only when it passes
+    from mlbook.labs.lab06_chunked_attention import COVERED_BY
+    measured = "test_chunked_attention_memory"
+    memory_cells = {measured} | {cell for cell, needs in COVERED_BY.items() if measured in needs}
+    assert scores[measured] > 0, "the bystander lost the memory points: nothing is shown"
     for name in _PREPARED:
         got = {n: c.score for n, c in lab6_batch[f"attack-{name}"].auto_cells.items()}
         lost = {n for n in scores if got[n] != scores[n]}
-        assert lost == {"test_chunked_attention_memory"}, (name, lost, got)
+        assert lost == memory_cells, (name, lost, got)
+
+
+def test_touched_pages_over_their_rule_fail_a_call_whose_peak_hardly_grew():
+    from mlbook.labs.lab06_chunked_attention.hidden import memory
+
+    T1, T2 = 2_000, 4_100
+    peaks = {T1: 2_000_000, T2: 2_200_000}  # what a correct call's peaks grow by (MB)
+    per_token = memory._TC_FRACTION * 4 * 400
+    assert memory._over_limit(peaks, per_token) < 1
+    assert memory._over_limit(peaks, per_token, {T1: 3_000_000, T2: 6_000_000}) < 1  # an honest call's pages
+    prepared = {T1: 4 * T1 * T1, T2: 4 * T2 * T2}  # a float32 T x T matrix kept in memory made earlier
+    assert memory._over_limit(peaks, per_token, prepared) > 2
+    # the most a faked round-trip baseline can take off leaves such a matrix over the rule
+    smallest = 4 * 2_401 ** 2  # the backward's smallest T2
+    assert smallest - memory._ROUND_TRIP_CAP > memory._TOUCHED_ABSOLUTE * smallest
