@@ -266,6 +266,9 @@ hidden.check_attention(attention)
 # with the causal mask the first token can only read itself.
 
 # %% nbgrader={"grade_id": "ticket_heatmaps", "locked": true}
+Q, K, V = project_qkv(ticket.X, ticket.W_q, ticket.W_k, ticket.W_v)  # (T, d_k), (T, d_k), (T, d_v)
+_, weights = attention(Q, K, V)  # (T, T): your weights for the ticket (drawn even when a test above failed)
+_, weights_c = attention(Q, K, V, mask=allowed)  # (T, T): under the causal mask
 heatmap_grid({"no mask": weights, "causal mask": weights_c}, ticket.tokens);
 
 # %% [markdown]
@@ -571,6 +574,7 @@ hidden.check_token_importance(token_importance_by_masking)
 ### END HIDDEN TESTS
 
 # %% nbgrader={"grade_id": "looks_vs_relies", "locked": true}
+importance = token_importance_by_masking(classifier, words)  # (4,): yours, whatever the test above said
 heatmap_grid(
     {"attention weight (looks at)": looked_at[None, :], "|importance| (relies on)": np.abs(importance)[None, :]},
     ["ticket"], words, vmin=None, vmax=None,

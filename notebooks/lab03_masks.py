@@ -254,6 +254,7 @@ hidden.check_combine_masks(combine_masks)
 # keys (their outputs are thrown away later, but they must not be NaN).
 
 # %% nbgrader={"grade_id": "mask_heatmaps", "locked": true}
+is_pad_demo = torch.tensor([[False, False, False, False], [False, False, True, True]])  # (B=2, T=4), as in the test
 pad_labels = ["tok0", "tok1", "PAD", "PAD"]
 heatmap_grid({
     "causal": causal_mask(4)[0, 0].float(),
@@ -1000,6 +1001,8 @@ hidden.check_teacher_forcing(teacher_forced_logits, step_by_step_logits)
 # position, with the causal mask and without it, and what each costs for a longer sequence.
 
 # %% nbgrader={"grade_id": "teacher_forcing_measured", "locked": true}
+tf_logits = teacher_forced_logits(decoder_tf, targets_tf, BOS)  # (B, T, VOCAB): your one causal pass
+step_logits = step_by_step_logits(decoder_tf, targets_tf, BOS)  # (B, T, VOCAB): your prefix-by-prefix loop
 inputs_tf = torch.cat([torch.full((2, 1), BOS), targets_tf[:, :-1]], dim=1)  # (B, T): shifted right
 no_mask = decoder_tf(inputs_tf, None)  # (B, T, VOCAB): every position reads the whole input
 print("largest gap per position, causal pass:", [f"{g:.0e}" for g in (tf_logits - step_logits).abs().amax(dim=(0, 2))])

@@ -110,6 +110,47 @@ def every_graded_function_has_hidden_test(course: Course, lab: str, source: Note
     return problems
 
 
+def _scope_names(table) -> tuple[set[str], set[str]]:
+    """(names a cell binds at its top level, global names it reads anywhere in it), from its symtable."""
+    bound = {s.get_name() for s in table.get_symbols() if s.is_assigned() or s.is_imported()}
+    bound |= {child.get_name() for child in table.get_children() if child.get_type() in ("function", "class")}
+    read = {s.get_name() for s in table.get_symbols() if s.is_referenced()}
+    todo = list(table.get_children())
+    while todo:
+        child = todo.pop()
+        read |= {s.get_name() for s in child.get_symbols() if s.is_global() and s.is_referenced()}
+        todo += child.get_children()
+    return bound, read
+
+
+def given_cells_need_no_test_cell(course: Course, lab: str, source: NotebookNode) -> list[str]:
+    """A given cell (code the student runs but does not write) never reads a name that only a test
+    cell defined: when that test fails, the given cell would die with a NameError (a heat map of the
+    student's own wrong weights never drawn), one mistake costing two cells."""
+    from mlbook import pyast
+
+    problems, from_tests, from_others = [], {}, set()
+    for index, cell in enumerate(source.cells):
+        if cell.cell_type != "code":
+            continue
+        try:
+            table = pyast.symtable(cell.source.replace(BEGIN_HIDDEN, "").replace(END_HIDDEN, ""), f"<cell {index}>")
+        except SyntaxError:
+            continue  # the build and the kernel report it
+        bound, read = _scope_names(table)
+        gid = nbgrader_meta(cell).get("grade_id") or f"cell {index}"
+        if is_test(cell):
+            from_tests.update({name: gid for name in bound if name not in from_others})
+            continue
+        if not is_answer(cell):
+            for name in sorted(read - bound):
+                if name in from_tests and name not in from_others:
+                    problems.append(f"given cell {gid!r} reads {name!r}, which only test cell {from_tests[name]!r} "
+                                    "defines: define it in a given cell (a failing test would leave it undefined)")
+        from_others |= bound
+    return problems
+
+
 def release_is_clean(course: Course, lab: str, source: NotebookNode) -> list[str]:
     """No solution text, hidden test text or delimiter reaches the release notebook."""
     path = course.release(lab)
@@ -290,6 +331,7 @@ RULES: list[Rule] = [
     hidden_cells_say_what_they_check,
     every_graded_function_has_hidden_test,
     every_test_is_judged,
+    given_cells_need_no_test_cell,
     release_is_clean,
     release_in_sync,
     catalogue_names_real_cells,
