@@ -12,10 +12,10 @@ The checks' own calls (on fresh seeds, and again in the other float precision) a
 well; probes add the edge cases the draws may not reach, each within the answer's documented
 contract: T = 1 (one query, one key), one head, d_head = 1, B = 1, float32 and float64, masks of
 every accepted shape ((T_q, T_k), (B, 1, T_q, T_k), (B, H, T_q, T_k), a key-padding (B, 1, 1, T_k)),
-an empty RoPE cache, d = 2. Not probed, being outside the contracts: d_model not divisible by
-n_heads (MultiHeadAttention's docstring requires it), odd RoPE widths, T = 0 for apply_rope, and
-rows with no allowed key (attention_forward's docstring excludes them; MultiHeadAttention's
-checks never give one, and the lab accepts -inf fills, which make such a row nan).
+an empty RoPE cache, d = 2, rows of scores near +-1000. Not probed, being outside the contracts:
+d_model not divisible by n_heads (MultiHeadAttention's docstring requires it), odd RoPE widths, T = 0
+for apply_rope, and rows with no allowed key (attention_forward's docstring excludes them;
+MultiHeadAttention's checks never give one, and the lab accepts -inf fills, which make such a row nan).
 Shapes follow the lab: a batch of token rows is (B, T, d_model), heads (B, H, T, d_head); a mask is
 True where attention is allowed.
 """
@@ -186,7 +186,8 @@ def _attention_forward(seed):
     one_key = np.zeros((4, 6), dtype=bool)
     one_key[np.arange(4), rng.integers(0, 6, 4)] = True  # each row keeps exactly one key
     return [((Q, K, V), {}), ((Q, K, V), {"mask": np.ones((1, 1), bool), "bias": rng.normal(size=(1, 1))}),
-            ((Q4, K6, V6), {"mask": one_key}), ((Q4, K6, V6), {"bias": 5 * rng.normal(size=(4, 6))})]
+            ((Q4, K6, V6), {"mask": one_key}), ((Q4, K6, V6), {"bias": 5 * rng.normal(size=(4, 6))}),
+            ((Q4, K6, V6), {"bias": rng.normal(size=(4, 6)) + np.array([[1e3], [-1e3], [2e3], [-3e3]])})]  # large rows
 
 
 def _cache(Q, K, V, allowed=None, bias=None):
