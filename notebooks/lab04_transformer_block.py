@@ -830,6 +830,11 @@ for n_blocks in (1, 6):
 # Check each shape as you write it: the transpose in dK is the one people drop. Masked entries
 # need no special case: A = 0 there, so dS = 0 too. `attention_forward` returns a `cache`
 # (a dict of whatever your backward needs).
+#
+# Scores can be large: a score bias such as ALiBi's grows with the distance. Take the softmax
+# as lab 1 does, subtracting **each row's own max** before `np.exp`: without it exp(1000)
+# overflows, and a max over the whole matrix leaves the rows far below it at exp = 0 (0 / 0).
+# The hidden test adds offsets of about ±1000 to whole rows of the bias, which change no weight.
 
 # %% nbgrader={"grade_id": "attention_forward", "solution": true}
 def attention_forward(Q, K, V, mask=None, bias=None):
@@ -917,7 +922,8 @@ expect_close(Ym[0], Vc[0], "the first row under a causal mask", atol=1e-12,
                   "still gets weight).")
 
 # %% nbgrader={"grade": true, "grade_id": "test_attention_forward_hidden", "points": 1}
-# Hidden tests: T_q != T_k, d_v != d_k, random masks and a score bias, to 1e-12.
+# Hidden tests: T_q != T_k, d_v != d_k, random masks and a score bias, to 1e-12; then a bias whose
+# rows are offset by about ±1000 (which changes no weight).
 ### BEGIN HIDDEN TESTS
 from mlbook.labs.lab04_transformer_block import hidden
 hidden.check_attention_forward(attention_forward)

@@ -83,6 +83,13 @@ MUTANTS += mutants_of("attention_forward", "test_attention_forward", [
               "        A = np.where(mask, A, 0.0)  # (T_q, T_k): masked weights zeroed after the softmax\n"),
     ), r"(before|after) the softmax"),
 ])
+# Large scores (the hidden check offsets whole rows of the bias by about +-1000, which changes no weight).
+MUTANTS += mutants_of("attention_forward", ("test_attention_forward_hidden",), [
+    ("softmax-without-max-shift", "NumPy forward: exp of the raw scores, without subtracting the row max first",
+     patch("    S = S - S.max(axis=-1, keepdims=True)  # (T_q, T_k) stable softmax\n", ""), r"row's own max"),
+    ("softmax-global-max-shift", "NumPy forward: the scores shifted by the max of the whole matrix, not of each row",
+     patch("S = S - S.max(axis=-1, keepdims=True)", "S = S - S.max()"), r"row's own max"),
+])
 MUTANTS += mutants_of("attention_backward", "test_attention_backward", [
     ("dk-without-transpose", "dK computed as dS Q instead of dS^T Q",
      patch("dK = dS.T @ Q / scale", "dK = dS @ Q / scale"), r"transpos"),

@@ -9,7 +9,7 @@ from typing import Callable
 import numpy as np
 
 from ...kit import (Misconception, array, ask_items, attention, attention_grads, call_student, close, compare, diagnose,
-                    fail, first_bad, fresh_rng, items, softmax)
+                    fail, first_bad, fresh_rng, items, sentence, softmax)
 from ._common import GRAD_TOL, view_error
 
 __all__ = ["check_attention_forward", "check_attention_backward", "check_score_bias_grad"]
@@ -137,8 +137,45 @@ def _forward_problem(attention_forward: Callable, case: dict, Q, K, V, bias, ref
     return f"{what}: {observed}."
 
 
+# Large scores, as a long-range score bias gives them (ALiBi's penalty grows with the distance): a constant
+# added to a whole row of scores changes none of its weights, so offsets of about +-ROW_OFFSET on the bias's
+# rows leave Y as it is; but exp then overflows (inf / inf = nan) or, after a shift by the max over the whole
+# matrix, underflows in the rows far below it (0 / 0), unless each row's own max is subtracted (lab 1).
+ROW_OFFSET = 1000.0
+UNSTABLE = ("with scores of about +-1000 (a constant added to a row changes none of its weights) exp overflows or "
+            "underflows: subtract each row's own max, S.max(axis=-1, keepdims=True), before np.exp, as lab 1's "
+            "softmax does (a max over the whole matrix leaves rows far below it at exp = 0, so 0 / 0)")
+
+
+def _large_scores_problem(attention_forward: Callable, rng: np.random.Generator) -> str | None:
+    """The forward on a bias whose rows are offset by about +-ROW_OFFSET (both signs in every draw)."""
+    T_q, T_k = int(rng.integers(3, 7)), int(rng.integers(3, 8))
+    d_k, d_v = int(rng.integers(2, 6)), int(rng.integers(2, 5))
+    Q, K, V = rng.normal(size=(T_q, d_k)), rng.normal(size=(T_k, d_k)), rng.normal(size=(T_k, d_v))
+    signs = rng.permutation(np.resize([1.0, -1.0], T_q))  # (T_q,): at least one row up, one down
+    offsets = signs * rng.uniform(0.8, 1.2, T_q) * ROW_OFFSET  # (T_q,)
+    small = rng.normal(size=(T_q, T_k))  # (T_q, T_k)
+    allowed = rng.random((T_q, T_k)) < 0.7
+    allowed[np.arange(T_q), rng.integers(0, T_k, T_q)] = True  # every row keeps a key
+    ref_Y = attention(Q, K, V, allowed, small)[0]  # (T_q, d_v): the offsets change nothing
+    what = (f"attention_forward, T_q = {T_q}, T_k = {T_k}, a random mask and a score bias whose rows are offset "
+            f"by about +-{ROW_OFFSET:g}")
+    res = ask_items(attention_forward, Q, K, V, allowed, n=2, what=what, names="the pair (Y, cache)",
+                    named=view_error, bias=small + offsets[:, None])
+    Y = array(res[0], f"{what}: Y", finite=False)
+    if Y.shape != ref_Y.shape:
+        return f"{what}: Y has shape {Y.shape}; expected (T_q, d_v)."
+    if not np.all(np.isfinite(Y)):
+        return f"{what}: Y contains nan or inf. {sentence(UNSTABLE)}"
+    if close(Y, ref_Y, atol=1e-12, rtol=1e-10):
+        return None
+    return (f"{what}: Y differs from the same forward without the offsets ({first_bad(Y, ref_Y, 1e-12, 1e-10)}). "
+            f"{sentence(UNSTABLE)}")
+
+
 def check_attention_forward(attention_forward: Callable) -> None:
-    """NumPy forward on fresh shapes (T_q != T_k, d_v != d_k), masks and a score bias, to 1e-12."""
+    """NumPy forward on fresh shapes (T_q != T_k, d_v != d_k), masks and a score bias, to 1e-12, and on
+    scores of about +-1000 (row offsets of the bias, which change no weight)."""
     rng = fresh_rng()
     for case in _backward_cases(rng):
         Q, K, V, dY, bias = _draw(case, rng)
@@ -146,6 +183,9 @@ def check_attention_forward(attention_forward: Callable) -> None:
                                    _reference(Q, K, V, dY, case["allowed"], bias)["Y"])
         if problem:
             raise Misconception(problem)
+    problem = _large_scores_problem(attention_forward, rng)
+    if problem:
+        raise Misconception(problem)
 
 
 def _check_grads(attention_forward: Callable, backward: Callable, names: tuple[str, ...], fn_name: str) -> None:
