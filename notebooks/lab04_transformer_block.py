@@ -399,6 +399,7 @@ hidden.check_sinusoidal(sinusoidal_positions)
 # same wherever you start on it.
 
 # %% nbgrader={"grade_id": "positions_picture", "locked": true}
+pe = np.asarray(sinusoidal_positions(64, 16), dtype=float)  # (64, 16): your table, whatever the test said
 unit = pe / np.linalg.norm(pe, axis=-1, keepdims=True)  # (64, 16) unit rows
 attention_heatmap(unit @ unit.T, vmin=None, vmax=None, annotate=False, cmap="magma",
                   title="cos(PE(p), PE(q)), d_model = 16").set(xlabel="position q", ylabel="position p")
