@@ -933,6 +933,9 @@ hidden.check_kv_cache_bytes(kv_cache_bytes)
 ### END HIDDEN TESTS
 
 # %% nbgrader={"grade_id": "cache_bytes_measured", "locked": true}
+from mlbook_helpers.decoding import TinyCausalLM
+
+lm = TinyCausalLM(seed=0)  # the model of the greedy-decoding test, built here too
 _, timing_cache = step_with_cache(x_seq[-1:], (k_c, v_c))  # the cache after T_max tokens, built by decode_step
 measured = sum(t.numel() * t.element_size() for t in timing_cache) / T_DECODE[-1]
 print(f"timing layer (1 layer, {H_T} heads of {D_HEAD_T}, float32): measured {measured:,.0f} bytes per token, "
