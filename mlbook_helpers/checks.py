@@ -35,6 +35,7 @@ __all__ = [
     "expect_in_convex_hull",
     "expect_zero_where_masked",
     "called_with",
+    "called_given",
 ]
 
 
@@ -300,3 +301,26 @@ def called_with(fn: Any, *args: Any, **kwargs: Any) -> tuple[Any, tuple]:
     where the function runs (in grading, the kernel: the inputs it changed are the ones returned).
     """
     return fn(*args, **kwargs), args
+
+
+def called_given(fn: Any, names: dict, /, *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)`` with the global names it reads bound to ``names``'s values for the call.
+
+    A check of a function that calls another answer (a training loop logging ``attention_entropy``)
+    judges it given the grader's version of that answer, so a mistake in the other answer is
+    charged once, in its own cells. The names are restored after the call, whatever it raised.
+    """
+    space = getattr(fn, "__globals__", None)
+    if not isinstance(space, dict):  # not a plain function (a callable object): called as it is
+        return fn(*args, **kwargs)
+    missing = object()
+    saved = {name: space.get(name, missing) for name in names}
+    space.update(names)
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        for name, old in saved.items():
+            if old is missing:
+                space.pop(name, None)
+            else:
+                space[name] = old

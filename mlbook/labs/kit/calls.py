@@ -31,7 +31,7 @@ from mlbook.labs.kit.messages import fail
 from mlbook.labs.kit.results import array, boolean, items, number
 
 __all__ = ["Handle", "RemoteError", "RemoteObject", "WireError", "helper", "lend", "session", "call_student",
-           "call_seeing_args", "student_error", "reraise", "quiet", "ask_array", "ask_number", "ask_boolean", "ask_items",
+           "call_seeing_args", "given", "student_error", "reraise", "quiet", "ask_array", "ask_number", "ask_boolean", "ask_items",
            "NOT_THE_STUDENTS"]
 
 # Exceptions that are not the student's: a verdict already reached, or the kernel went away.
@@ -109,6 +109,16 @@ def call_seeing_args(fn: Callable, *args: Any, what: str,
     result, after = items(call_student(lambda *a: called(fn, *a), *args, what=what, named=named), 2, what,
                           "the pair (result, arguments)")
     return result, tuple(after)
+
+
+def given(fn: Callable, **answers: Callable) -> Callable:
+    """``fn`` judged on its own: every call runs it with the other answers it reads by name (a
+    training loop's ``attention_entropy``) bound to the grader's versions, ``answers``, lent to
+    the kernel (``mlbook_helpers.checks.called_given``). A mistake in one of those answers then
+    costs its own cells only, not also those of every function that calls it."""
+    called = helper("mlbook_helpers.checks:called_given")
+    lent = {name: lend(answer) for name, answer in answers.items()}
+    return lambda *args, **kwargs: called(fn, lent, *args, **kwargs)
 
 
 _SHAPE_WORDS = ("shape", "size", "dimension", "broadcast", "must match", "axis", "index", "out of range", "expand")

@@ -121,10 +121,14 @@ MUTANTS += mutants_of("train_copy_task", ("test_train_copy_task_hidden",), [
       patch("        x, y = task.batch(batch_size, gen)  # (B, T), (B, T)\n",
             "        if step % log_every == 0:\n            log(step)\n"
             "        x, y = task.batch(batch_size, gen)  # (B, T), (B, T)\n")), r"before the update"),
+])
+# A step-0 log taken after the first update differs from a run of 0 steps: the visible test sees it too.
+MUTANTS += mutants_of("train_copy_task", "test_train_copy_task", [
     ("train-logs-one-late", "step s logged after update s + 1 (the log of step 0 taken after the first update)",
      (patch("    log(0)\n", ""),
       patch(_LOG_AT_END, "        if (step - 1) % log_every == 0:\n            log(step - 1)\n"
-                         "    if steps % log_every == 0:\n        log(steps)\n")), r"s \+ 1 updates"),
+                         "    if steps % log_every == 0:\n        log(steps)\n")),
+     r"s \+ 1 updates|before the first update"),
 ])
 MUTANTS += mutants_of("sink_mass", "test_sink_mass", [
     ("sink-counts-query-0", "query 0, which under a causal mask can only read key 0, counted in the sink mass",

@@ -61,5 +61,6 @@ def run_loop(train_copy_task, model, steps: int, what: str, log_every: int, **kw
              "Call optimiser.zero_grad() before every backward() (otherwise the gradients add up from update to "
              "update), and build the optimiser with the lr you are given.")
     if not np.isfinite(entropy).all():
-        fail(what, "the logged entropy contains nan or inf", "Is 0 * log 0 counted as 0 in attention_entropy?")
+        fail(what, "the logged entropy contains nan or inf, although the check runs your loop with a correct "
+                   "attention_entropy", "Log each layer's attention_entropy, averaged over its heads, under torch.no_grad().")
     return loss, entropy

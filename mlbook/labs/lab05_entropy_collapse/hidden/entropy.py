@@ -9,7 +9,7 @@ import torch
 
 from ...kit import array, call_student, close, diagnose, entropy, fail, fresh_rng, softmax
 
-__all__ = ["check_attention_entropy", "entropy_per_head"]
+__all__ = ["check_attention_entropy", "entropy_per_head", "graders_attention_entropy"]
 
 
 # How close a correct entropy must come, in nats, whatever the dtype: float32 rounding moves it by about 1e-6,
@@ -24,6 +24,13 @@ _NEAR = 0.05  # within this, and low everywhere: an epsilon inside the log too l
 def entropy_per_head(w: np.ndarray) -> np.ndarray:
     """(B, H, T_q, T_k) -> (H,): row entropies in nats, averaged over batch and queries."""
     return entropy(w).mean(axis=(0, 2))
+
+
+def graders_attention_entropy(attn: torch.Tensor) -> torch.Tensor:
+    """The grader's ``attention_entropy``, lent to the checks of the answers that call it (the training
+    loop): (B, H, T_q, T_k) weights -> (H,), in the weights' dtype, computed in float64."""
+    w = torch.as_tensor(attn)
+    return torch.from_numpy(entropy_per_head(w.detach().double().numpy())).to(w.dtype)  # (H,)
 
 
 def _random_weights(rng: np.random.Generator, shape: tuple[int, int, int, int]) -> np.ndarray:

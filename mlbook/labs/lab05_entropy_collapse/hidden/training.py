@@ -9,6 +9,10 @@ here, the grader's copy), against the untrained reference on the same data; the 
 student's loop reports is checked for its form and its step-0 log only. A few updates, with and
 without warm-up, and with qk_decay, are replayed by the grader (``updates``) and must leave the same
 weights.
+
+The loop is judged on its own: every call runs it with the grader's ``attention_entropy``
+(``kit.given``) in place of the student's, so a wrong entropy costs the attention_entropy cells
+only, never this one a second time.
 """
 
 from __future__ import annotations
@@ -21,10 +25,10 @@ import torch
 
 from mlbook_helpers.copy_task import CopyTask, TinyDecoder, copy_loss
 
-from ...kit import close, diagnose, fail, fresh_rng
+from ...kit import close, diagnose, fail, fresh_rng, given
 from ._loop import TINY, TINY_TASK, run_loop, tiny_copy, tiny_model
 from ._models import state
-from .entropy import entropy_per_head
+from .entropy import entropy_per_head, graders_attention_entropy
 from .updates import check_decay, check_updates, check_warmup
 
 __all__ = ["check_train_copy_task"]
@@ -80,6 +84,8 @@ def _norms(weights: dict[str, torch.Tensor]) -> dict[str, float]:
 
 
 def check_train_copy_task(train_copy_task) -> None:
+    # the loop alone: the entropies it logs are the grader's attention_entropy of the model it logs
+    train_copy_task = given(train_copy_task, attention_entropy=graders_attention_entropy)
     rng = fresh_rng()
     seed = int(rng.integers(10_000))
     common = dict(lr=0.1, batch_size=16)
