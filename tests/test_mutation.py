@@ -62,6 +62,22 @@ def test_a_stated_tolerance_admits_what_the_check_accepts_and_no_more():
     assert difference(tau, tau * (1 + 3 * TAU_RTOL), rtol=TAU_RTOL) is not None
     x = torch.ones(3, dtype=torch.float64)
     assert difference([x], [x * (1 + 1e-7)]) is not None and difference([x], [x * (1 + 1e-7)], rtol=1e-5) is None
+    # measured counts (lab 6's memory_sweep peaks, in bytes): exact by default, within a stated tolerance
+    from mlbook.labs.lab06_chunked_attention.hidden.sweep import PEAK_RTOL, PEAK_SLACK
+    from mlbook.labs.lab06_chunked_attention.probes import TOLERANCES as LAB06
+
+    assert LAB06["memory_sweep"] == (PEAK_RTOL, PEAK_SLACK)  # the check's own constants
+    assert difference([161546, 641543], [161412, 641476]) is not None
+    assert difference([161546, 641543], [161412, 641476], rtol=PEAK_RTOL) is None
+    assert difference([2277], [2780], rtol=PEAK_RTOL) is not None  # a few hundred bytes of noise on a small peak
+    assert difference([2277], [2780], rtol=PEAK_RTOL, atol=PEAK_SLACK) is None
+    assert difference([161546], [2 * 161546], rtol=PEAK_RTOL, atol=PEAK_SLACK) is not None
+    assert difference(True, 1, rtol=PEAK_RTOL) is None and difference(True, False, rtol=PEAK_RTOL) is not None
+
+
+def test_an_answer_cell_no_graded_cell_follows_is_left_out():
+    # lab 6's timing_answers (an extension without points) is followed by no graded test cell
+    assert analyse_lab(REPO, "lab06_chunked_attention", functions=["timing_answers"]) == []
 
 
 def test_an_answer_the_lab_lets_compute_in_float32_is_compared_at_float32_rounding():

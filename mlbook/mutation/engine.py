@@ -1,6 +1,7 @@
 """Grade every first-order mutant of a lab's reference answers, then classify it.
 
-For each graded answer cell (in notebook order) the lab's notebook is run in this process up to
+For each graded answer cell (in notebook order; an answer cell no graded test cell follows, an
+extension without points, is named and left out: no mutant of it can lose points) the lab's notebook is run in this process up to
 that cell (the reference's code, test cells decided by the judge: ``inprocess``); then each mutant
 of the cell's solution region runs in a forked child with a time limit (a mutant can loop
 forever), which runs the mutated cell and every cell after it as grading does (``MLBOOK_SEED=0``),
@@ -98,13 +99,16 @@ class Raised:
     kind: str
 
 
-def difference(a, b, path: str = "output", rtol: float = 0.0, float32_atol: float | None = None) -> str | None:
+def difference(a, b, path: str = "output", rtol: float = 0.0, float32_atol: float | None = None,
+               atol: float = 0.0) -> str | None:
     """Where two outputs differ (None when no grader could tell them apart).
 
     Tensors must agree in shape and dtype, and in value within a few float32 (or float64) units
     in the last place, NaN matching NaN; modules are compared by their state and parameters;
     an exception matches an exception of the same type (not its message). ``rtol``: the relative
-    tolerance the lab states for this answer (probes.py ``TOLERANCES``), when it is looser.
+    tolerance the lab states for this answer (probes.py ``TOLERANCES``), when it is looser; ``atol``:
+    the absolute one it may state with it (a measurement's noise floor). With either, integers (bytes
+    measured, say) are compared within them too, and exactly without.
 
     ``float32_atol``: the answer may compute in float32 (the lab says so, ``FLOAT32_ACCEPTED``):
     float32 and float64 tensors then count as one dtype and values agree within ``float32_atol``
@@ -116,7 +120,7 @@ def difference(a, b, path: str = "output", rtol: float = 0.0, float32_atol: floa
         return _difference_at_float32(a, b, path, float32_atol)
 
     def within(x, y, where):
-        return difference(x, y, where, rtol)
+        return difference(x, y, where, rtol, atol=atol)
 
     if isinstance(a, Raised) or isinstance(b, Raised):
         return None if a == b else f"{path}: {_describe(a)} vs {_describe(b)}"
@@ -130,7 +134,7 @@ def difference(a, b, path: str = "output", rtol: float = 0.0, float32_atol: floa
         a, b = a.detach(), b.detach()
         if a.is_floating_point() or a.is_complex():
             tol = 1e-12 if a.dtype == torch.float64 else 1e-5
-            if not torch.allclose(a, b, rtol=max(tol, rtol), atol=tol, equal_nan=True):
+            if not torch.allclose(a, b, rtol=max(tol, rtol), atol=max(tol, atol), equal_nan=True):
                 gap = (a - b).abs().nan_to_num(float("inf")).max().item()
                 return f"{path}: values differ (largest gap {gap:.3g}): {_describe(a, 150)} vs {_describe(b, 150)}"
             return None
@@ -152,10 +156,12 @@ def difference(a, b, path: str = "output", rtol: float = 0.0, float32_atol: floa
         if type(a) is not type(b) or len(a) != len(b):
             return f"{path}: {_describe(a, 150)} vs {_describe(b, 150)}"
         return next((d for i, (x, y) in enumerate(zip(a, b)) if (d := within(x, y, f"{path}[{i}]"))), None)
+    if (rtol or atol) and _integer(a) and _integer(b):  # a count the lab states a tolerance for (bytes measured): as a float
+        a, b = float(a), float(b)
     if isinstance(a, float) and isinstance(b, float):
         if a != a and b != b:
             return None
-        return None if abs(a - b) <= max(1e-9, rtol) * max(1.0, abs(a)) else f"{path}: {a!r} vs {b!r}"
+        return None if abs(a - b) <= max(1e-9, rtol) * max(1.0, abs(a)) + atol else f"{path}: {a!r} vs {b!r}"
     if callable(a) and callable(b):
         return None  # a function returned: its calls are not probed here
     if type(a) is type(b) and type(a).__eq__ is object.__eq__:
@@ -165,6 +171,10 @@ def difference(a, b, path: str = "output", rtol: float = 0.0, float32_atol: floa
     except Exception:  # noqa: BLE001 - an object without equality: its text
         same = repr(a) == repr(b)
     return None if same else f"{path}: {_describe(a, 150)} vs {_describe(b, 150)}"
+
+
+def _integer(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def _difference_at_float32(a, b, path: str, atol: float) -> str | None:
@@ -358,9 +368,12 @@ class LabRun:
         make = getattr(self.probes, "PROBES", {}).get(name)
         return list(make(seed)) if make else []
 
-    def tolerance(self, name: str) -> float:
-        """The relative tolerance the lab states for answer ``name`` (probes.py ``TOLERANCES``; 0: none)."""
-        return float(getattr(self.probes, "TOLERANCES", {}).get(name, 0.0)) if self.probes is not None else 0.0
+    def tolerance(self, name: str) -> tuple[float, float]:
+        """(relative, absolute) tolerance the lab states for answer ``name`` (probes.py ``TOLERANCES``: a relative
+        one, or the pair; 0: none)."""
+        stated = getattr(self.probes, "TOLERANCES", {}).get(name, 0.0) if self.probes is not None else 0.0
+        rtol, atol = stated if isinstance(stated, (tuple, list)) else (stated, 0.0)
+        return float(rtol), float(atol)
 
     def float32_accepted(self) -> set[str]:
         """The answers the lab lets compute in float32 (``FLOAT32_ACCEPTED`` in its probes)."""
@@ -430,7 +443,8 @@ def _grade_in_child(run: LabRun, target: _Cell, namespace: dict, answer: str, se
         ref, mut = reference_objects.get(name), mutant_objects.get(name)
         if ref is None and mut is None:
             continue
-        differ = functools.partial(difference, rtol=run.tolerance(name))  # the answer's stated tolerance
+        rtol, atol = run.tolerance(name)
+        differ = functools.partial(difference, rtol=rtol, atol=atol)  # the answer's stated tolerance
         if not callable(ref) or inspect.isclass(ref):
             found = None
             if not callable(ref):
@@ -547,6 +561,13 @@ def analyse_lab(course: Course, lab: str, functions: Iterable[str] | None = None
 
         names = ", ".join(c.gid for c in run.answer_cells())
         raise MlbookError(f"{lab} has no answer cell or function {sorted(wanted)}; its answer cells: {names}")
+    # An answer cell no graded test cell follows (an extension without points) costs no points whatever it
+    # holds: its mutants would all "survive". It is named and left out.
+    for c in [c for c in chosen if not any(t.kind == "test" for t in run.cells[run.cells.index(c) + 1:])]:
+        say(f"{run.lab} {c.gid}: ungraded (no graded test cell follows it): not analysed")
+        chosen.remove(c)
+    if not chosen:
+        return []
     last = max(run.cells.index(c) for c in chosen)
     namespace: dict = {"__name__": "__main__"}
     reports: list[FunctionReport] = []

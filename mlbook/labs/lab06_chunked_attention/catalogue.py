@@ -446,3 +446,18 @@ MUTANTS += mutants_of("kv_cache_bytes", ("test_kv_cache_bytes_hidden",), [
     ("cache-bytes-no-d-head", "the cache size forgets the head width d_head",
      patch("n_kv_heads * d_head * T", "n_kv_heads * T"), r"d_head"),
 ])
+
+# Issue #38, answers the lab's text accepts (mlbook mutate found them equivalent or within the stated tolerance):
+# a causal version that visits the future key blocks (every key masked) is exact and as small in memory, only
+# slower (section 4: "the grade checks the results and the memory, not the time"); a sweep that draws its inputs
+# in another order measures alike inputs (section 6: "the order you draw q, k, v in does not matter").
+ALTERNATIVES += [
+    Alternative(name="causal-no-block-skip", description="causal: every key block visited, the future ones fully masked",
+                cells={"chunked_attention": (
+                    patch("k_end = min(q_stop, T_k) if causal else T_k", "k_end = T_k  # no skip: future blocks masked"),
+                    patch("if causal and k_stop - 1 > q_start:", "if causal:"))}),
+    Alternative(name="sweep-inputs-drawn-k-first", description="memory_sweep draws k, then q, then v",
+                cells={"memory_sweep": patch(
+                    "        q, k, v = (torch.randn(T, d) for _ in range(3))  # (T, d) each, allocated before measuring\n",
+                    "        k, q, v = (torch.randn(T, d) for _ in range(3))  # (T, d) each, allocated before measuring\n")}),
+]
