@@ -95,8 +95,8 @@ USERS_PYTHON = Path("/usr/bin/python3.11")
 # What a student's server and kernels import of the grader: the lab helpers the notebooks use, and
 # the exchange's confined submit (their server submits through it). Nothing of ``mlbook/labs``
 # (hidden checks, catalogues, the kit's reference maths) or of the rest of the grader.
-STUDENT_FILES = ("mlbook_helpers", "mlbook/__init__.py", "mlbook/errors.py", "mlbook/hub/__init__.py",
-                 "mlbook/hub/exchange.py")
+STUDENT_FILES = ("mlbook_helpers", "mlbook/__init__.py", "mlbook/errors.py", "mlbook/pyast.py",
+                 "mlbook/hub/__init__.py", "mlbook/hub/exchange.py")  # pyast: mlbook/__init__ installs its lock
 # Entries of a checkout every account may still read once it is shielded: the environment (the
 # hub's accounts run its packages) and the two packages sandboxed kernels import.
 SHARED_ENTRIES = (".venv", "mlbook_helpers", "mlbook_kernel")
