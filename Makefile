@@ -4,6 +4,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 WORKERS ?= 2
+DURATIONS ?= 15
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: demo test test-hub setup system build check clean
@@ -16,15 +17,16 @@ demo: system $(STAMP)
 ## already keep both cores busy, and oversubscribed BLAS threads slow small matmuls 10x.
 ## The hub suite (tests/hub) runs after the xdist suite, on its own and serially: a hub, five
 ## people's servers and a browser beside sandboxed lab grading on two cores only measure the load.
+## Each run ends with its 15 slowest items, so a test that grew slow names itself.
 test: system $(STAMP)
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
-	$(BIN)/python -m pytest -n $(WORKERS) --dist loadgroup --ignore=tests/hub tests
+	$(BIN)/python -m pytest -n $(WORKERS) --dist loadgroup --durations=$(DURATIONS) --ignore=tests/hub tests
 	$(MAKE) test-hub
 
 ## The course on JupyterHub (as root: it creates and removes the students' system accounts).
 test-hub: system $(STAMP)
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
-	$(BIN)/python -m pytest -p no:xdist tests/hub
+	$(BIN)/python -m pytest -p no:xdist --durations=$(DURATIONS) tests/hub
 
 setup: $(STAMP)
 
