@@ -10,10 +10,11 @@ Modules, in the order a check uses them:
 - ``calls``      calling the student's code: in the kernel through the judge's data-only channel
                  (``helper``, ``lend``), a crash turned into a message that names the call;
 - ``results``    reading what came back, failing closed (``number``, ``boolean``, ``array``,
-                 ``items``) and comparing it (``close``);
+                 ``items``);
 - ``reference``  the grader's own maths: softmax, entropy, attention (masks, scale, bias) and its
                  gradients by autograd, in float64;
-- ``tolerance``  how close a correct answer of each dtype must come;
+- ``tolerance``  how close a correct answer of each dtype must come, and ``close``, the one
+                 comparison (failing closed) that checks and diagnoses make;
 - ``messages``   failures a student can act on: ``fail``, ``diagnose`` (which known mistake the
                  answer matches), where an array first goes wrong;
 - ``checks``     whole steps of a check, written once: ``compare`` (close, else shape, non-finite,
@@ -40,8 +41,8 @@ from mlbook.labs.kit.checks import compare, reproducible
 from mlbook.labs.kit.inputs import fresh_rng, random_mask, seed, torch_generator
 from mlbook.labs.kit.messages import diagnose, fail, first_bad, sentence
 from mlbook.labs.kit.reference import attention, attention_grads, causal_allowed, entropy, softmax
-from mlbook.labs.kit.results import array, boolean, close, items, number
-from mlbook.labs.kit.tolerance import TORCH_ATOL, dtype_name, float_tolerance, weight_tolerance
+from mlbook.labs.kit.results import array, boolean, items, number
+from mlbook.labs.kit.tolerance import TORCH_ATOL, close, dtype_name, float_tolerance, weight_tolerance
 
 __all__ = [
     "Misconception", "data_array", "describe",

@@ -14,6 +14,8 @@ import numpy as np
 
 from mlbook_helpers.checks import Misconception, data_array, describe
 
+from mlbook.labs.kit.tolerance import close
+
 __all__ = ["fail", "sentence", "diagnose", "first_bad"]
 
 
@@ -44,15 +46,13 @@ def diagnose(actual: Any, variants: Mapping[str, Any], atol: float = 1e-6, rtol:
         variants: message -> the result that mistake would produce (or a zero-argument
             callable computing it, evaluated only when needed).
     """
-    from mlbook.labs.kit.results import close as _close
-
     for message, value in variants.items():
         if callable(value):
             try:
                 value = value()
             except Exception:  # a variant that cannot be computed here simply does not match
                 continue
-        if _close(actual, value, atol=atol, rtol=rtol, equal_nan=equal_nan):
+        if close(actual, value, atol=atol, rtol=rtol, equal_nan=equal_nan):
             return message
     return None
 

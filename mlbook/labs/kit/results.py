@@ -4,9 +4,10 @@ What a student's function returns is validated first, with ``number``, ``boolean
 or ``items``: each accepts only the data it names (a finite real number, a truth value, a real
 array of the right kind, shape and size with finite entries, a tuple of n items) and otherwise
 raises a Misconception that says what came back ("got NaN", "got the string '0.5'", "got an
-object that is not data"). Then values are compared with ``close``, False whenever the
-comparison cannot be made, or written ``not (err <= tol)``, which is True for NaN: never
-``err > tol``, which is False for NaN and passes it.
+object that is not data"). Then values are compared with ``close`` (defined in ``tolerance``,
+re-exported here), False whenever the comparison cannot be made, or written
+``not (err <= tol)``, which is True for NaN: never ``err > tol``, which is False for NaN and
+passes it.
 """
 
 from __future__ import annotations
@@ -19,31 +20,9 @@ import numpy as np
 from mlbook_helpers.checks import data_array, describe
 
 from mlbook.labs.kit.messages import fail
+from mlbook.labs.kit.tolerance import close
 
 __all__ = ["close", "number", "boolean", "array", "items"]
-
-
-def close(a: Any, b: Any, atol: float = 1e-6, rtol: float = 1e-6, equal_nan: bool = False) -> bool:
-    """True only when ``a`` is data of ``b``'s shape and equal to it within ``atol + rtol * |b|``.
-
-    Fails closed: False when ``a`` is not real numeric data (None, a string, a complex or object
-    array, an object), when only one of the two is boolean, or when the shapes differ. A
-    non-finite entry of ``a`` counts as equal only where ``b`` holds the same infinity, or, with
-    ``equal_nan`` (for a check whose reference means NaN there), where both are NaN. A NaN in
-    ``b`` that the check does not mean matches nothing.
-    """
-    x, y = data_array(a), data_array(b)
-    if x is None or y is None or x.shape != y.shape:
-        return False
-    if x.dtype.kind not in "biuf" or y.dtype.kind not in "biuf" or (x.dtype.kind == "b") != (y.dtype.kind == "b"):
-        return False
-    x, y = x.astype(np.float64), y.astype(np.float64)
-    with np.errstate(invalid="ignore", over="ignore"):
-        # Where y is not finite, its tolerance would be inf or nan: only the same infinity is equal.
-        ok = np.where(np.isfinite(y), np.abs(x - y) <= atol + rtol * np.abs(y), x == y)
-    if equal_nan:
-        ok |= np.isnan(x) & np.isnan(y)
-    return bool(ok.all())
 
 
 def number(x: Any, what: str, hint: str | None = None) -> float:
