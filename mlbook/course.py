@@ -126,8 +126,11 @@ class Course:
     @property
     def db_url(self) -> str:
         """The gradebook: ``CourseDirectory.db_url`` from the course's nbgrader config when set
-        (e.g. a PostgreSQL server the TAs share), else ``gradebook.db`` in the course folder."""
+        (e.g. a PostgreSQL server the TAs share; a relative SQLite path is taken from the course
+        folder, not the working directory), else ``gradebook.db`` in the course folder."""
         configured = _configured_db_url(self.config, self.config.stat().st_mtime if self.config.is_file() else 0)
+        if configured and configured.startswith("sqlite:///") and not configured[len("sqlite:///"):].startswith("/"):
+            return f"sqlite:///{self.root / configured[len('sqlite:///'):]}"  # relative: to the course root
         return configured or f"sqlite:///{self.root / 'gradebook.db'}"
 
     def students(self, lab: str | None = None) -> list[str]:

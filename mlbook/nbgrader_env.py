@@ -1,22 +1,26 @@
 """The one place mlbook talks to nbgrader's application layer.
 
-nbgrader reads its configuration from the working directory and writes paths relative to
-the course root, so every call runs inside ``in_course`` with an API built by ``api_for``, and
-every gradebook is opened by ``gradebook``. Each of them first calls ``install``: what mlbook
-changes in nbgrader's process-wide state, done once, on purpose, not as a side effect of an
-import (the environment's programs on PATH, a warning filter, two measured speed-ups of
-nbgrader's recording).
+Convention: the course root is always passed, never taken from the working directory. The
+course's ``nbgrader_config.py`` is loaded by ``load_config`` with ``CourseDirectory.root``, the
+gradebook URL and every course-relative path made absolute; nbgrader's converters (generate
+assignment, autograde, generate feedback) run through ``CourseAPI``, which is nbgrader's API
+without the ``os.chdir(root)`` its converters make around each conversion. So mlbook never
+changes the process's working directory, which every thread of a grader shares, and two
+courses can be graded by threads of one process. Every gradebook is opened by ``gradebook``.
+Each entry point first calls ``install``: what mlbook changes in nbgrader's process-wide
+state, done once, on purpose, not as a side effect of an import (the environment's programs on
+PATH, a warning filter, two measured speed-ups of nbgrader's recording).
 """
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import logging
 import os
 import sys
+import threading
 import warnings
 from pathlib import Path
-from typing import Iterator
 
 from traitlets.config import Config
 from traitlets.config.loader import PyFileConfigLoader
@@ -121,38 +125,112 @@ def _create_sqlite_file(url: str) -> None:
 
 
 def load_config(course: Course) -> Config:
-    """The course's ``nbgrader_config.py`` with the root pinned to the course folder."""
+    """The course's ``nbgrader_config.py`` with the root pinned to the course folder, the
+    gradebook's URL absolute, and the header and footer notebooks (which nbgrader opens relative
+    to the working directory) taken relative to the root, as nbgrader's documentation states."""
     install()
     try:
         config = PyFileConfigLoader(CONFIG_NAME, path=str(course.root)).load_config()
     except Exception as exc:
         raise MlbookError(f"cannot load {course.config}: {type(exc).__name__}: {exc}") from None
     config.CourseDirectory.root = str(course.root)
+    config.CourseDirectory.db_url = course.db_url
+    for name in ("header", "footer"):
+        path = config.get("IncludeHeaderFooter", {}).get(name)
+        if path and not os.path.isabs(path):
+            config.IncludeHeaderFooter[name] = str(course.root / path)
     return config
 
 
-@contextlib.contextmanager
-def in_course(course: Course) -> Iterator[None]:
-    install()
-    previous = Path.cwd()
-    os.chdir(course.root)
-    try:
-        yield
-    finally:
-        os.chdir(previous)
-
-
 def api_for(course: Course, quiet: bool = True):
-    """An ``NbGraderAPI`` for the course. nbgrader's own log goes to the call's result dict."""
-    install()
-    from nbgrader.apps import NbGraderAPI
-
-    api = NbGraderAPI(config=load_config(course))
+    """A ``CourseAPI`` for the course. nbgrader's own log goes to the call's result dict."""
+    api = api_with(load_config(course))
     if quiet:
         api.log.setLevel(logging.WARNING)
         for handler in list(api.log.handlers):
             handler.setLevel(logging.CRITICAL)
     return api
+
+
+def api_with(config: Config):
+    """A ``CourseAPI`` on ``config`` (``load_config``'s, changed by the caller)."""
+    install()
+    return _course_api_class()(config=config)
+
+
+def _in_place(converter: type) -> type:
+    """nbgrader's ``converter``, converting where it is instead of after ``os.chdir(root)``.
+
+    ``BaseConverter.start`` moves the whole process into the course root around each conversion,
+    for the relative paths of a kernel it may start and of the header and footer notebooks.
+    mlbook starts no kernel in nbgrader (the sandbox ran the notebook) and ``load_config`` makes
+    those paths absolute, so the move would only race the grader's other threads. The class made
+    here puts a ``start`` without it between ``converter`` and ``BaseConverter`` in the method
+    order, so ``converter``'s own ``start`` (``GenerateAssignment``'s checks) still runs first:
+    nbgrader's steps, in nbgrader's order.
+    """
+    from nbconvert.writers import FilesWriter
+    from nbgrader.converters.base import BaseConverter
+
+    class InPlace(BaseConverter):
+        def start(self) -> None:
+            self.init_notebooks()
+            self.writer = FilesWriter(parent=self, config=self.config)
+            self.exporter = self.exporter_class(parent=self, config=self.config)
+            for preprocessor in self.preprocessors:
+                self.exporter.register_preprocessor(preprocessor)
+            self.convert_notebooks()
+
+    return type(converter.__name__, (converter, InPlace), {})
+
+
+# nbgrader's converters also set and delete ``os.environ["NBGRADER_EXECUTION"]`` around each
+# notebook (``nbgrader.utils.setenv``), which is the process's: two at once in one process (two
+# courses graded by threads of one grader) fail with KeyError. So one converts at a time.
+_CONVERTING = threading.Lock()
+
+
+@functools.cache
+def _course_api_class() -> type:
+    """``CourseAPI``: nbgrader's API whose three converters keep the working directory and run one
+    at a time in the process (``_CONVERTING``).
+
+    Built on first use (importing nbgrader's apps costs about a second). Each method's body is
+    ``NbGraderAPI``'s own, for one assignment (and one student), with the ``_in_place`` converter.
+    """
+    from nbgrader.apps import NbGraderAPI
+    from nbgrader.converters import Autograde, GenerateAssignment, GenerateFeedback
+    from nbgrader.utils import capture_log, temp_attrs
+
+    generate_assignment, autograde, generate_feedback = map(_in_place, (GenerateAssignment, Autograde,
+                                                                       GenerateFeedback))
+
+    class CourseAPI(NbGraderAPI):
+        def generate_assignment(self, assignment_id, force=True, create=True):
+            with temp_attrs(self.coursedir, assignment_id=assignment_id):
+                app = generate_assignment(coursedir=self.coursedir, parent=self)
+                app.force, app.create_assignment = force, create
+                with _CONVERTING:
+                    return capture_log(app)
+
+        def autograde(self, assignment_id, student_id, force=True, create=True):
+            with temp_attrs(self.coursedir, assignment_id=assignment_id, student_id=student_id):
+                app = autograde(coursedir=self.coursedir, parent=self)
+                app.force, app.create_student = force, create
+                with _CONVERTING:
+                    return capture_log(app)
+
+        def generate_feedback(self, assignment_id, student_id, force=True):
+            feedback = Config()
+            feedback.HTMLExporter.template_name = "feedback"  # as nbgrader's own method sets it
+            with temp_attrs(self.coursedir, assignment_id=assignment_id, student_id=student_id):
+                app = generate_feedback(coursedir=self.coursedir, parent=self)
+                app.update_config(feedback)
+                app.force = force
+                with _CONVERTING:
+                    return capture_log(app)
+
+    return CourseAPI
 
 
 def failure_reason(result: dict) -> str:

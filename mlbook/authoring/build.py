@@ -17,7 +17,7 @@ from pathlib import Path
 from mlbook.course import Course
 from mlbook.errors import MlbookError
 from mlbook.files import write_atomic
-from mlbook.nbgrader_env import api_for, failure_reason, in_course
+from mlbook.nbgrader_env import api_for, failure_reason
 from mlbook.authoring.notebooks import read_authored, write_nb_atomic
 
 
@@ -37,8 +37,7 @@ def generate_release(course: Course, lab: str, dest: Path) -> None:
     """Run nbgrader generate_assignment on the lab's source in a scratch course; copy to ``dest``."""
     with tempfile.TemporaryDirectory(prefix="mlbook-build-") as tmp:
         scratch = course.scratch_copy(Path(tmp), [lab])
-        with in_course(scratch):
-            result = api_for(scratch).generate_assignment(lab, force=True, create=True)
+        result = api_for(scratch).generate_assignment(lab, force=True, create=True)
         built = scratch.release(lab)
         if not result["success"] or not built.is_file():
             raise MlbookError(f"{lab}: nbgrader generate_assignment failed: {failure_reason(result)}")

@@ -27,7 +27,7 @@ from pathlib import Path
 from nbgrader.preprocessors import NbGraderPreprocessor
 
 from mlbook.course import Course
-from mlbook.nbgrader_env import api_for, failure_reason, in_course
+from mlbook.nbgrader_env import api_for, api_with, failure_reason
 from mlbook.judge.plan import LabPlan
 from mlbook.sandbox.notebook import SandboxResult
 from mlbook.judge import verdicts
@@ -88,8 +88,7 @@ class Recorder:
         staged = course.root / STAGING / student / lab
         try:
             ensure_submission(course, lab, student)  # the student's extension, for nbgrader's late penalty
-            with in_course(course):
-                outcome = self.api.autograde(lab, student, force=True, create=True)
+            outcome = self.api.autograde(lab, student, force=True, create=True)
         except Exception as exc:  # nbgrader raised instead of reporting: still only this student
             outcome = {"success": False, "error": f"{type(exc).__name__}: {exc}"}
         finally:
@@ -114,7 +113,6 @@ def _recording_api(course: Course, execute: type[SandboxedExecute]):
     """An nbgrader API whose autograder reads the private intake copies, runs ``execute`` in
     place of a kernel and writes into the staging folder."""
     from nbconvert.preprocessors import ClearMetadataPreprocessor
-    from nbgrader.apps import NbGraderAPI
     from nbgrader.preprocessors import AssignLatePenalties, CheckCellMetadata, IgnorePattern, LimitOutput, SaveAutoGrades
 
     api = api_for(course)
@@ -125,7 +123,7 @@ def _recording_api(course: Course, execute: type[SandboxedExecute]):
     config.CourseDirectory.ignore = [*api.coursedir.ignore, TIMESTAMP]
     config.Autograde.autograde_preprocessors = [execute, IgnorePattern, ClearMetadataPreprocessor,
                                                 LimitOutput, SaveAutoGrades, AssignLatePenalties, CheckCellMetadata]
-    recorded = NbGraderAPI(config=config)
+    recorded = api_with(config)
     recorded.log = api.log
     return recorded
 

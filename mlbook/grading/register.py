@@ -6,7 +6,7 @@ import shutil
 
 from mlbook.course import Course
 from mlbook.errors import MlbookError
-from mlbook.nbgrader_env import failure_reason, gradebook, in_course
+from mlbook.nbgrader_env import failure_reason, gradebook
 
 
 def assignment_registered(course: Course, lab: str) -> bool:
@@ -27,8 +27,7 @@ def register_assignment(course: Course, lab: str, api) -> None:
         raise MlbookError(f"{lab}: no source notebook; run `mlbook build {lab}` first")
     folder = course.release(lab).parent
     kept = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()} if folder.is_dir() else {}
-    with in_course(course):
-        result = api.generate_assignment(lab, force=True, create=True)
+    result = api.generate_assignment(lab, force=True, create=True)
     if kept:
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)

@@ -235,11 +235,8 @@ def _checked(result: dict, what: str) -> dict:
 
 def release(course, lab: str, exchange: Exchange) -> Path:
     """Copy ``release/<lab>`` to the exchange's outbound folder; returns where it went."""
-    from mlbook.nbgrader_env import in_course
-
     prepare_exchange(exchange)
-    with in_course(course):
-        _checked(_api(course, exchange).release_assignment(lab), f"releasing {lab}")
+    _checked(_api(course, exchange).release_assignment(lab), f"releasing {lab}")
     return exchange.course / "outbound" / lab
 
 
@@ -256,22 +253,19 @@ def collect(course, lab: str, exchange: Exchange) -> Collected:
     """nbgrader's collect through ``ConfinedCollect``: the newest attempt of each student whose
     attempt is newer than the one in ``submitted/`` (a submission made while collect runs is
     taken in by the next collect; nothing in the exchange is ever removed)."""
-    from mlbook.nbgrader_env import in_course
-
     before = _timestamps(course, lab)
     config = _config(course, exchange)
     config.CourseDirectory.assignment_id = lab
     from nbgrader.coursedir import CourseDirectory
     from nbgrader.auth import Authenticator
 
-    with in_course(course):
-        coursedir = CourseDirectory(config=config)
-        collector = ConfinedCollect(coursedir=coursedir, authenticator=Authenticator(config=config), config=config)
-        collector.update = True
-        try:
-            collector.start()
-        except ExchangeError as exc:
-            raise MlbookError(f"collecting {lab} failed: {exc}") from None
+    coursedir = CourseDirectory(config=config)
+    collector = ConfinedCollect(coursedir=coursedir, authenticator=Authenticator(config=config), config=config)
+    collector.update = True
+    try:
+        collector.start()
+    except ExchangeError as exc:
+        raise MlbookError(f"collecting {lab} failed: {exc}") from None
     after = _timestamps(course, lab)
     report = Collected(refused=list(getattr(collector, "refused", [])))
     for student, stamp in sorted(after.items()):
@@ -281,21 +275,18 @@ def collect(course, lab: str, exchange: Exchange) -> Collected:
 
 def release_feedback(course, lab: str, exchange: Exchange, students: list[str] | None = None) -> int:
     """Copy ``feedback/<student>/<lab>/*.html`` to the exchange; returns the pages released."""
-    from mlbook.nbgrader_env import in_course
-
     students = students if students is not None else course.students(lab)
     api = _api(course, exchange)
     count = 0
-    with in_course(course):
-        for student in students:
-            page = course.feedback(student, lab)
-            if page.is_file():
-                # nbgrader names the released page after the attempt's secret and time, which
-                # mlbook's grading does not carry into feedback/: take them from submitted/
-                for name in ("timestamp.txt", "submission_secret.txt"):
-                    kept = course.submitted(student, lab) / name
-                    if kept.is_file() and not kept.is_symlink():
-                        shutil.copyfile(kept, page.parent / name)
-                _checked(api.release_feedback(lab, student), f"releasing feedback of {lab} for {student}")
-                count += 1
+    for student in students:
+        page = course.feedback(student, lab)
+        if page.is_file():
+            # nbgrader names the released page after the attempt's secret and time, which
+            # mlbook's grading does not carry into feedback/: take them from submitted/
+            for name in ("timestamp.txt", "submission_secret.txt"):
+                kept = course.submitted(student, lab) / name
+                if kept.is_file() and not kept.is_symlink():
+                    shutil.copyfile(kept, page.parent / name)
+            _checked(api.release_feedback(lab, student), f"releasing feedback of {lab} for {student}")
+            count += 1
     return count

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from mlbook.course import Course
 from mlbook.files import write_atomic
-from mlbook.nbgrader_env import api_for, failure_reason, in_course
+from mlbook.nbgrader_env import api_for, failure_reason
 from mlbook.grading.status import GRADED, StatusStore
 
 _ERROR_PAGE = """<!DOCTYPE html>
@@ -106,8 +106,7 @@ def generate_feedback(course: Course, lab: str, students: list[str] | None = Non
         page = course.feedback(student, lab)
         if attempt.status == GRADED:
             api = api or api_for(course)
-            with in_course(course):
-                result = api.generate_feedback(lab, student, force=True)
+            result = api.generate_feedback(lab, student, force=True)
             if result.get("success") and page.is_file():
                 if student in pending:
                     _add_box(page, _PENDING_BOX.format(count=pending[student][0], points=pending[student][1]))
