@@ -12,7 +12,8 @@ from test_similarity import build_class  # noqa: E402
 from mlbook import similarity  # noqa: E402
 
 lab = sys.argv[1] if len(sys.argv) > 1 else "lab03_masks"
-base, bp, _ = build_class(lab)
+tc = build_class(lab)
+base, bp = tc.subs, tc.boilerplate
 names = sorted(base)
 subs = {f"s{i:03d}": base[names[i % len(names)]] for i in range(200)}
 start = time.perf_counter()

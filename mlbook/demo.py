@@ -227,8 +227,8 @@ def run_demo(real: Course, labs: list[str], echo=print) -> int:
 
     # The demo's mutant students (demo-cleo, demo-dev) hand in demo-ada's reference with one edit:
     # copies, as far as a TA can tell; the similarity report must name them.
-    flagged = [p for p in similarity_run(course, first_lab, echo=lambda *_: None) if p.overall >= DEFAULT_THRESHOLD]
-    echo(f"similar  {first_lab}: " + ("; ".join(f"{p.a} / {p.b} {p.overall:.2f}" for p in flagged[:3]) or "none")
+    flagged = [p for p in similarity_run(course, first_lab, echo=lambda *_: None) if p.score >= DEFAULT_THRESHOLD]
+    echo(f"similar  {first_lab}: " + ("; ".join(f"{p.a} / {p.b} {p.score:.2f}" for p in flagged[:3]) or "none")
          + f" ({DEMO_FOLDER}/exports/similarity-{first_lab}.html; never changes a grade)")
     handback = write_handback(course, first_lab, "moodle", list(plans[first_lab]))
     echo(f"handback {handback.path.relative_to(real.root)}: {len(handback.files)} feedback pages for Moodle's "
