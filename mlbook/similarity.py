@@ -1,13 +1,16 @@
 """Similarity of students' answer cells, for a TA to review (issue 41). Never changes a grade.
 
 Engine: copydetect 0.5.0 (winnowing, Schleimer et al. 2003) through its Python API
-(``CodeFingerprint`` with ``fp=`` and ``boilerplate=``, ``compare_files``). compare50 is
-CLI-first and writes its own report; copydetect lets us feed normalised text per cell and
-pass the release notebook's given code and ``mlbook_helpers`` as boilerplate hashes. We write
-no fingerprinting ourselves: only the normalisation below (Python ``tokenize``: identifiers
-to one placeholder, comments/whitespace dropped, keywords, operators and numbers kept;
-written answers lowercased to words). Submissions are read through ``grading.intake.take``,
-the same hostile-input intake as grading; a refused folder is reported with its reason.
+(``CodeFingerprint`` with ``fp=``, ``compare_files``). compare50 is CLI-first and writes its
+own report; copydetect lets us feed normalised text per cell and drop the hashes of the release
+notebook's given code and ``mlbook_helpers`` (boilerplate). We write no fingerprinting ourselves:
+only the normalisation below (Python ``tokenize``: names the student binds to one placeholder,
+comments/whitespace dropped, keywords, other names, operators and numbers kept; written answers
+lowercased to words), handed to copydetect as a tuple of ints so that its ``hash()`` of each
+k-gram is not salted per process: scores do not depend on PYTHONHASHSEED. Submissions are read through ``grading.intake.take``,
+the same hostile-input intake as grading; a refused folder is reported with its reason. The
+private copies go under a fresh temporary folder per run, never grading's ``autograded/.intake``:
+similarity may run while ``mlbook autograde`` grades the same lab.
 """
 
 from __future__ import annotations
@@ -18,8 +21,9 @@ import html
 import io
 import itertools
 import json
-import re
 import keyword
+import re
+import tempfile
 import tokenize
 import zlib
 from dataclasses import dataclass, field
@@ -130,13 +134,26 @@ def normalise_words(text: str) -> tuple[str, list]:
     return "".join(out), spans
 
 
+class _TokenCodes:
+    """What copydetect reads as the document (its ``fp=``): the normalised text as a tuple of code
+    points, one int per token. copydetect k-grams the document by slicing and fingerprints each
+    k-gram with Python's ``hash()``; a str's ``hash()`` is salted per process (PYTHONHASHSEED),
+    a tuple of ints' is not, so the same class scores the same in every run."""
+
+    def __init__(self, norm: str):
+        self.norm = norm
+
+    def read(self) -> tuple[int, ...]:
+        return tuple(map(ord, self.norm))
+
+
 def _fingerprint(norm: str, boilerplate=None) -> CodeFingerprint:
     """copydetect's fingerprint of normalised text, boilerplate hashes removed.
 
     Boilerplate is removed here, not through ``boilerplate=``: copydetect 0.5.0 passes
     ``assume_unique=True`` to ``np.intersect1d`` on hashes that repeat, which raises
     IndexError or drops the wrong ones."""
-    fp = CodeFingerprint("cell.txt", K, WIN, filter=False, fp=io.StringIO(norm))
+    fp = CodeFingerprint("cell.txt", K, WIN, filter=False, fp=_TokenCodes(norm))
     drop = set(boilerplate or ()) & set(fp.hashes)
     fp.hashes = set(fp.hashes) - drop
     for h in drop:
@@ -227,11 +244,20 @@ def compare_class(subs: dict[str, dict[str, Cell]], bp: dict[str, list]) -> list
 
 
 def read_class(course: Course, lab: str) -> tuple[dict[str, dict[str, Cell]], dict[str, str]]:
+    """Every submission of ``lab``, through the grading intake into this run's own private folder.
+
+    Returns:
+        (student -> grade id -> Cell, student -> why the submission was refused)."""
+    with tempfile.TemporaryDirectory(prefix="mlbook-similarity-") as own:
+        return _read_class(course, lab, Path(own))
+
+
+def _read_class(course: Course, lab: str, own: Path) -> tuple[dict[str, dict[str, Cell]], dict[str, str]]:
     subs, refused = {}, {}
     for student in course.students(lab):
         if not course.has_submission(student, lab):
             continue
-        taken = intake.take(course, lab, student, MAX_BYTES)
+        taken = intake.take(course, lab, student, MAX_BYTES, root=own)
         try:
             if taken.notebook is None:
                 refused[student] = taken.error
@@ -241,7 +267,7 @@ def read_class(course: Course, lab: str) -> tuple[dict[str, dict[str, Cell]], di
             except (ValueError, UnicodeDecodeError) as exc:
                 refused[student] = f"not a notebook: {exc}"
         finally:
-            intake.discard(course, student, lab)
+            intake.discard(course, student, lab, root=own)
     return subs, refused
 
 

@@ -295,6 +295,7 @@ class PlantedClass:
     boilerplate: dict
     planted: set  # (a, b) sorted: a planted copy and the answers it copies
     sources: dict  # student -> whose answers the notebook holds (itself, or what a copy was made from)
+    answers: dict  # student -> (grade id -> answer text, cells reversed): what each notebook holds
 
     def labelled(self, pairs):
         """(copies, others): the planted pairs, and every pair of students with no source in common
@@ -340,9 +341,9 @@ def build_class(lab: str) -> PlantedClass:
         "copy-partial": ({**independent[copier], donated: independent[second][donated]}, second, False),
         "copy-reference": (rename(independent["reference"], code_cells), "reference", False),
     }
-    subs = {name: similarity.answer_cells(notebook(release, cells)) for name, cells in independent.items()}
-    for name, (cells, _, reorder) in planted.items():
-        subs[name] = similarity.answer_cells(notebook(release, cells, reorder))
+    answers = {name: (cells, False) for name, cells in independent.items()}
+    answers |= {name: (cells, reorder) for name, (cells, _, reorder) in planted.items()}
+    subs = {name: similarity.answer_cells(notebook(release, cells, reorder)) for name, (cells, reorder) in answers.items()}
     course = Course.find(ROOT)
     sources = {n: {n} for n in independent} | {n: {s} for n, (_, s, _) in planted.items()}
     sources["copy-partial"] = {copier, second}
@@ -351,7 +352,7 @@ def build_class(lab: str) -> PlantedClass:
             if src & {a, b}:
                 sources[n] = src | {a, b}
     return PlantedClass(subs, similarity.boilerplate(course, lab),
-                        {tuple(sorted((n, s))) for n, (_, s, _) in planted.items()}, sources)
+                        {tuple(sorted((n, s))) for n, (_, s, _) in planted.items()}, sources, answers)
 
 
 def precision_recall(tc: PlantedClass, pairs, threshold: float) -> tuple[float, float]:
@@ -437,3 +438,115 @@ def test_the_similarity_page_is_inert_for_hostile_answers(tmp_path):
     page.feed(similarity.write_html(tmp_path / "s.html", "lab", pairs, subs, 0.5, {}).read_text())
     assert not page.runnable and "script" not in page.tags
     assert page.active == ["<style {}>"]  # the page's own stylesheet only; nothing from a student
+
+
+# --- a small course on disk: the real intake, the command's own files, the page in Chromium ---------------------
+SMALL_LAB = "lab02_scaling"
+
+
+def small_course(root: Path) -> Course:
+    """A scratch lab-2 course: ``ada`` hands in the reference, ``bo`` a renamed copy of it (cells
+    reordered), ``cy`` and ``dee`` this file's own answers (the other cells as released)."""
+    from harness import scratch_course
+    from mlbook.authoring import submissions
+    from mlbook.authoring.notebooks import fill_answers, reference_answers
+
+    course = scratch_course(SMALL_LAB, root)
+    release = read_nb(course.release(SMALL_LAB))
+    code_cells = {c.metadata.nbgrader.grade_id for c in release.cells
+                  if c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("grade_id")}
+    reference = reference_answers(read_nb(course.source(SMALL_LAB)))
+    copied = fill_answers(read_nb(course.release(SMALL_LAB)), rename(reference, code_cells))
+    copied.cells = copied.cells[::-1]
+    submissions.submit(course, "ada", SMALL_LAB, fill_answers(read_nb(course.release(SMALL_LAB)), reference))
+    submissions.submit(course, "bo", SMALL_LAB, copied)
+    for student, own in zip(("cy", "dee"), OWN_LAB02.values()):
+        submissions.submit(course, student, SMALL_LAB, fill_answers(read_nb(course.release(SMALL_LAB)), own))
+    return course
+
+
+def test_similarity_and_grading_never_remove_each_others_private_copies(tmp_path, monkeypatch):
+    """Grading reads its private copy (``autograded/.intake``) after ``take``; similarity run meanwhile
+    must not replace or delete it, and grading taking and discarding a student while similarity
+    reads the same student must not delete similarity's copy."""
+    from mlbook.grading import intake
+    from mlbook.grading.prepare import find_submission
+
+    course = small_course(tmp_path / "course")
+    graded = find_submission(course, SMALL_LAB, "ada")  # grading holds ada's copy, nbgrader not done with it
+    held = graded.notebook.read_bytes(), graded.notebook.stat().st_ino
+    real_take, own_folders = intake.take, set()
+
+    def take_while_grading_runs(course_, lab, student, max_bytes, root=None):
+        taken = real_take(course_, lab, student, max_bytes, root=root)
+        if taken.notebook is not None:
+            own_folders.add(taken.notebook.parents[2])
+        if student != "ada":  # grading takes and discards the same student before similarity reads it
+            find_submission(course_, lab, student)
+            intake.discard(course_, student, lab)
+        return taken
+
+    monkeypatch.setattr(intake, "take", take_while_grading_runs)
+    pairs = similarity.run(course, SMALL_LAB, echo=lambda *_: None)
+    assert {p.a for p in pairs} | {p.b for p in pairs} == {"ada", "bo", "cy", "dee"}  # nobody refused
+    assert (graded.notebook.read_bytes(), graded.notebook.stat().st_ino) == held
+    assert len(own_folders) == 1 and course.root / intake.INTAKE not in own_folders
+    assert not any(f.exists() for f in own_folders)  # similarity's own folder is removed after the run
+    assert sorted(p.name for p in (course.root / intake.INTAKE).iterdir()) == ["ada"]
+
+
+def test_the_similarity_page_shows_matched_regions_side_by_side_in_chromium(tmp_path, chromium):
+    """The command's page for a class with a planted copy, in Chromium: the copied pair's cells
+    side by side with matched regions highlighted, nobody else flagged, no script. With
+    MLBOOK_DOCS_SCREENSHOTS=1 the screenshot is written to docs/img/similarity.png (the README's)."""
+    import os
+
+    course = small_course(tmp_path / "course")
+    pairs = similarity.run(course, SMALL_LAB, echo=lambda *_: None)
+    flagged = [(p.a, p.b) for p in pairs if p.score >= similarity.DEFAULT_THRESHOLD]
+    assert flagged == [("ada", "bo")], [(p.a, p.b, round(p.score, 2)) for p in pairs]
+    path = course.exports_dir / f"similarity-{SMALL_LAB}.html"
+    page = chromium.new_page(viewport={"width": 1280, "height": 900})
+    requests = []
+    try:
+        page.on("request", lambda r: requests.append(r.url))
+        page.goto(path.resolve().as_uri(), wait_until="load")
+        assert page.eval_on_selector_all("script", "els => els.length") == 0
+        assert page.inner_text("h2").startswith("ada / bo")
+        rows = page.eval_on_selector_all("h2 + table tr:has(td)", """rows => rows.map(r => [...r.querySelectorAll(':scope > td')]
+            .map(td => ({x: td.getBoundingClientRect().left, w: td.getBoundingClientRect().width,
+                         y: td.getBoundingClientRect().top, marks: td.querySelectorAll('mark').length,
+                         marked: [...td.querySelectorAll('mark')].map(m => m.textContent).join('').length,
+                         bg: td.querySelector('mark') ? getComputedStyle(td.querySelector('mark')).backgroundColor : ''})))""")
+        shot = tmp_path / "similarity.png"
+        page.screenshot(path=str(shot), full_page=False)
+    finally:
+        page.close()
+    assert requests == [path.resolve().as_uri()]
+    assert rows and all(len(r) == 2 for r in rows)
+    for left, right in rows:
+        assert left["y"] == right["y"] and left["x"] + left["w"] <= right["x"]  # side by side
+    highlighted = [r for r in rows if r[0]["marks"] and r[1]["marks"]]
+    assert len(highlighted) >= 3, rows  # the copied functions, in both students' text
+    assert all(c["bg"] not in ("", "rgba(0, 0, 0, 0)") for r in highlighted for c in r)
+    assert shot.stat().st_size > 10_000
+    if os.environ.get("MLBOOK_DOCS_SCREENSHOTS") == "1":
+        (ROOT / "docs" / "img").mkdir(exist_ok=True)
+        (ROOT / "docs" / "img" / "similarity.png").write_bytes(shot.read_bytes())
+
+
+def test_scores_do_not_depend_on_the_hash_seed():
+    """copydetect fingerprints k-grams with ``hash()``; the document it is given is a tuple of ints
+    (similarity._TokenCodes), whose hash is not salted: two processes with different
+    PYTHONHASHSEEDs score the same class identically."""
+    import os
+    import subprocess
+    import sys
+
+    script = ("import sys; sys.path.insert(0, 'tests')\n"
+              "from test_similarity import build_class\nfrom mlbook import similarity\n"
+              "tc = build_class('lab02_scaling')\n"
+              "for p in similarity.compare_class(tc.subs, tc.boilerplate): print(p.a, p.b, repr(p.score), repr(p.overall))\n")
+    runs = [subprocess.run([sys.executable, "-c", script], cwd=ROOT, check=True, capture_output=True, text=True,
+                           env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2")]
+    assert runs[0].count("\n") > 100 and runs[0] == runs[1]
