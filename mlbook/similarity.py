@@ -291,19 +291,20 @@ def _mark(text: str, cell: Cell, slices) -> str:
 
 def write_html(path: Path, lab: str, pairs: list[Pair], subs, threshold: float, refused: dict) -> Path:
     rows = ["<!doctype html><html><head><meta charset='utf-8'><title>Similarity " + html.escape(lab) +
-            "</title><style>pre{white-space:pre-wrap;background:#f6f6f6;padding:4px}"
-            "td{vertical-align:top;width:50%}mark{background:#ffd54f}</style></head><body>",
+            "</title><style>pre{white-space:pre-wrap;background:#f6f6f6;padding:4px;margin:0}"
+            "td{vertical-align:top}table.summary td:first-child{white-space:nowrap}table.pair{width:100%;table-layout:fixed}table.pair td{width:50%}"
+            "mark{background:#ffd54f}</style></head><body>",
             f"<h1>Similarity: {html.escape(lab)}</h1><p>For TA review only; scores never change grades. "
             f"Threshold {threshold:g}.</p>"]
     for who, why in sorted(refused.items()):
         rows.append(f"<p>refused {html.escape(who)}: {html.escape(why)}</p>")
-    rows.append("<table border=1><tr><th>pair</th><th>score</th><th>overall</th><th>matching cells</th></tr>")
+    rows.append("<table class=summary border=1><tr><th>pair</th><th>score</th><th>overall</th><th>matching cells</th></tr>")
     for p in pairs:
         rows.append(f"<tr><td>{html.escape(p.a)} / {html.escape(p.b)}</td><td>{p.score:.2f}</td>"
                     f"<td>{p.overall:.2f}</td><td>{html.escape(_matching(p, threshold))}</td></tr>")
     rows.append("</table>")
     for p in [p for p in pairs if p.score >= threshold]:
-        rows.append(f"<h2>{html.escape(p.a)} / {html.escape(p.b)}: {p.score:.2f}</h2><table>")
+        rows.append(f"<h2>{html.escape(p.a)} / {html.escape(p.b)}: {p.score:.2f}</h2><table class=pair>")
         for g, (s, la, lb) in p.cells.items():
             ca, cb = subs[p.a][g], subs[p.b][g]
             note = " (short: not counted)" if g in p.short else ""
