@@ -289,11 +289,11 @@ def cmd_validate(args) -> int:
 
 
 def cmd_similarity(args) -> int:
-    from mlbook.similarity import run
+    from mlbook.similarity import DEFAULT_THRESHOLD, run
 
     course = _course(args)
     for lab in course.resolve_labs([args.lab]):
-        run(course, lab, args.threshold, Path(args.csv) if args.csv else None, Path(args.html) if args.html else None)
+        run(course, lab, DEFAULT_THRESHOLD if args.threshold is None else args.threshold, Path(args.csv) if args.csv else None, Path(args.html) if args.html else None)
     return 0
 
 
@@ -400,7 +400,7 @@ def parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("similarity", help="rank pairs of students by how alike their answer cells are (TA review; never grades)")
     s.add_argument("lab")
-    s.add_argument("--threshold", type=float, default=0.6, help="flag pairs at or above this overall score (default 0.6)")
+    s.add_argument("--threshold", type=float, default=None, help="flag pairs whose score (overall, or one counted cell if higher) is at or above this (default 0.8)")
     s.add_argument("--csv", help="CSV path (default: exports/similarity-<lab>.csv)")
     s.add_argument("--html", help="HTML path (default: exports/similarity-<lab>.html, beside the report)")
     s.set_defaults(func=cmd_similarity)

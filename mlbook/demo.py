@@ -149,6 +149,20 @@ def demo_course(course: Course, labs: list[str]) -> Course:
     return demo
 
 
+def similar_line(course: Course, lab: str) -> str:
+    """``mlbook similarity`` on the demo class, in one line: the flagged pairs, the first three named.
+
+    The demo's mutant students (demo-cleo, demo-dev) and demo-eli hand in demo-ada's reference with
+    one edit: copies, as far as a TA can tell; the similarity report must name them."""
+    from mlbook.similarity import DEFAULT_THRESHOLD, run as similarity_run
+
+    flagged = [p for p in similarity_run(course, lab, echo=lambda *_: None) if p.score >= DEFAULT_THRESHOLD]
+    named = "; ".join(f"{p.a} / {p.b} {p.score:.2f}" for p in flagged[:3]) or "none"
+    more = f"; {len(flagged) - 3} more" if len(flagged) > 3 else ""
+    return (f"similar  {lab}: {len(flagged)} pair(s) at or above {DEFAULT_THRESHOLD:g}: {named}{more} "
+            f"({DEMO_FOLDER}/exports/similarity-{lab}.html; never changes a grade)")
+
+
 def run_demo(real: Course, labs: list[str], echo=print) -> int:
     """Build ``labs`` in ``real``, then grade a demo class of them in ``demo_course(real)``;
     returns the number of labs whose reference did not get full marks."""
@@ -223,13 +237,7 @@ def run_demo(real: Course, labs: list[str], echo=print) -> int:
     echo(f"grades CSV: {csv_path.relative_to(real.root)}   feedback: {DEMO_FOLDER}/feedback/<student>/<lab>/<lab>.html")
     report = write_report(course, labs, course.exports_dir / "demo-report.html", list(STUDENTS))
     echo(f"report   {report.relative_to(real.root)} (open it in a browser; it works offline)")
-    from mlbook.similarity import DEFAULT_THRESHOLD, run as similarity_run
-
-    # The demo's mutant students (demo-cleo, demo-dev) hand in demo-ada's reference with one edit:
-    # copies, as far as a TA can tell; the similarity report must name them.
-    flagged = [p for p in similarity_run(course, first_lab, echo=lambda *_: None) if p.overall >= DEFAULT_THRESHOLD]
-    echo(f"similar  {first_lab}: " + ("; ".join(f"{p.a} / {p.b} {p.overall:.2f}" for p in flagged[:3]) or "none")
-         + f" ({DEMO_FOLDER}/exports/similarity-{first_lab}.html; never changes a grade)")
+    echo(similar_line(course, first_lab))
     handback = write_handback(course, first_lab, "moodle", list(plans[first_lab]))
     echo(f"handback {handback.path.relative_to(real.root)}: {len(handback.files)} feedback pages for Moodle's "
          "\"Upload multiple feedback files in a zip\"")

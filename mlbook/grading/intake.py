@@ -17,6 +17,10 @@ the files a lab declares in ``EXTRA_FILES`` (``mlbook/labs/<lab>/__init__.py``; 
 nbgrader's ``timestamp.txt`` (read for late penalties, never copied on). nbgrader's autograder
 reads that copy (``record.Recorder``), so nothing else in the student's folder reaches
 ``autograded/`` or ``feedback/``, and the grader never writes into ``submitted/``.
+
+``autograded/.intake`` is grading's alone. Another reader of submissions (``mlbook similarity``)
+passes its own ``root`` (a fresh temporary folder per run) to ``take`` and ``discard``, so it
+never replaces or deletes a copy grading still has to read, and grading never deletes its copy.
 """
 
 from __future__ import annotations
@@ -56,15 +60,16 @@ class Intake:
     warning: str = ""
 
 
-def intake_folder(course: Course, student: str, lab: str) -> Path:
-    """The grader's private copy of ``submitted/<student>/<lab>`` (what nbgrader reads)."""
-    return course.root / INTAKE / student / lab
+def intake_folder(course: Course, student: str, lab: str, root: Path | None = None) -> Path:
+    """The private copy of ``submitted/<student>/<lab>``: under ``root`` when given, else grading's
+    (``autograded/.intake``, what nbgrader reads)."""
+    return (course.root / INTAKE if root is None else root) / student / lab
 
 
-def discard(course: Course, student: str, lab: str) -> None:
-    """Remove the private copy once the submission is recorded (or refused)."""
+def discard(course: Course, student: str, lab: str, root: Path | None = None) -> None:
+    """Remove the private copy (under ``root``, as ``take`` wrote it) once it is read or refused."""
     if not student_id_problem(student):
-        folder = intake_folder(course, student, lab)
+        folder = intake_folder(course, student, lab, root)
         shutil.rmtree(folder, ignore_errors=True)
         with contextlib.suppress(OSError):
             folder.parent.rmdir()  # the student's folder, once empty
@@ -75,8 +80,14 @@ def extra_files(lab: str) -> tuple[str, ...]:
     return settings(lab).extra_files
 
 
-def take(course: Course, lab: str, student: str, max_bytes: int) -> Intake:
-    """Check ``submitted/<student>/<lab>`` and copy what is graded into the private folder."""
+def take(course: Course, lab: str, student: str, max_bytes: int, root: Path | None = None) -> Intake:
+    """Check ``submitted/<student>/<lab>`` and copy what is graded into the private folder.
+
+    Args:
+        root: the folder the private copies go under; ``None`` is grading's (``INTAKE``). A reader
+            other than grading passes its own, so that neither deletes a copy the other reads.
+    Returns:
+        The copy's notebook path, or ``notebook=None`` and the reason it was refused."""
     if problem := student_id_problem(student):
         return Intake(None, error=f"refused: {problem}")
     shown = f"submitted/{student}/{lab}"
@@ -92,7 +103,7 @@ def take(course: Course, lab: str, student: str, max_bytes: int) -> Intake:
         return Intake(None, error=f"{shown} could not be read: {exc.strerror or exc}")
     if data is None:
         return Intake(None, error=warning)
-    target = intake_folder(course, student, lab)
+    target = intake_folder(course, student, lab, root)
     shutil.rmtree(target, ignore_errors=True)
     target.mkdir(parents=True)
     for filename, content in {f"{lab}.ipynb": data, **extras}.items():
