@@ -3,7 +3,7 @@
 Every setting here answers a measured nbgrader 0.9.6 behaviour (see README, "Grading").
 """
 
-from mlbook.lms.late import SchedulePenalty
+from mlbook.calendar.late import SchedulePenalty
 from mlbook.outputs import inert_html
 from mlbook.outputs.preprocessors import WARNING_STDERR_PATTERN, RedactTestTracebacks
 from nbgrader.preprocessors import ClearHiddenTests, GetGrades

@@ -24,7 +24,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from mlbook.authoring.catalogue import load_catalogue  # noqa: E402
+from mlbook.labs import load_catalogue  # noqa: E402
+from mlbook.labs import load_catalogue
 from mlbook.authoring.notebooks import grade_id, is_answer, is_test, nbgrader_meta, read_authored, reference_answers  # noqa: E402
 from mlbook.course import Course  # noqa: E402
 from mlbook.judge.plan import lab_plan  # noqa: E402

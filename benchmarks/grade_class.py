@@ -35,7 +35,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from mlbook.authoring import submissions  # noqa: E402
-from mlbook.authoring.catalogue import load_catalogue  # noqa: E402
+from mlbook.labs import load_catalogue  # noqa: E402
+from mlbook.labs import load_catalogue
 from mlbook.course import Course  # noqa: E402
 from mlbook.grading.admission import available_memory, usable_cpus  # noqa: E402
 from mlbook.authoring.notebooks import grade_id, is_answer, read_nb, reference_answers  # noqa: E402

@@ -90,7 +90,7 @@ def _sandbox_options(s) -> None:
 
 
 def cmd_check(args) -> int:
-    from mlbook.authoring.lint import check_course
+    from mlbook.lint import check_course
 
     course = _course(args)
     report = check_course(course, course.resolve_labs(args.labs))
@@ -199,8 +199,8 @@ def cmd_collect(args) -> int:
 def cmd_extend(args) -> int:
     import datetime as dt
 
-    from mlbook.lms.extensions import grant
-    from mlbook.lms.schedule import load_schedule
+    from mlbook.calendar.extensions import grant
+    from mlbook.calendar.schedule import load_schedule
 
     course = _course(args)
     lab = course.resolve_labs([args.lab])[0]
@@ -252,7 +252,7 @@ def cmd_report(args) -> int:
 
 def cmd_release(args) -> int:
     from mlbook.authoring.release_zip import write_release_zip
-    from mlbook.lms.schedule import release_gate
+    from mlbook.calendar.schedule import release_gate
 
     course = _course(args)
     labs = course.resolve_labs(args.labs)

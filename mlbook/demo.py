@@ -37,7 +37,7 @@ import nbformat
 
 from mlbook.authoring import submissions
 from mlbook.authoring.build import build_lab
-from mlbook.authoring.catalogue import load_catalogue
+from mlbook.labs import load_catalogue
 from mlbook.course import Course
 from mlbook.errors import MlbookError
 from mlbook.outputs.export import export_csv
@@ -94,7 +94,7 @@ def make_demo_download(course: Course, lab: str, path: Path) -> tuple[Path, Path
     """Write the demo roster and lab's Moodle-style bulk download; returns the roster CSV and
     student -> what they submitted."""
     from mlbook.lms.downloads import Upload, moodle_name, write_zip
-    from mlbook.lms.schedule import load_schedule
+    from mlbook.calendar.schedule import load_schedule
 
     schedule = load_schedule(course)
     if schedule is None or schedule.due(lab) is None:
@@ -137,7 +137,7 @@ def demo_course(course: Course, labs: list[str]) -> Course:
     demo = course.scratch_copy(root, labs)
     for lab in labs:
         shutil.copytree(course.release(lab).parent, demo.release(lab).parent, dirs_exist_ok=True)
-    from mlbook.lms.schedule import SCHEDULE_NAME
+    from mlbook.calendar.schedule import SCHEDULE_NAME
 
     if (course.root / SCHEDULE_NAME).is_file():
         shutil.copy2(course.root / SCHEDULE_NAME, root / SCHEDULE_NAME)

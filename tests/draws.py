@@ -23,7 +23,7 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from mlbook.authoring.catalogue import load_catalogue
+from mlbook.labs import load_catalogue
 from mlbook.authoring.notebooks import grade_id, is_answer, is_test, read_authored, reference_answers
 from mlbook.judge.plan import lab_plan
 from mlbook.mutation.inprocess import DIRECT, decide_test_cell, judged, quiet, run_cell, seeded  # noqa: F401

@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Callable
 
 from mlbook.authoring import submissions
-from mlbook.authoring.catalogue import Alternative, Catalogue, load_catalogue
+from mlbook.authoring.catalogue import Alternative, Catalogue
+from mlbook.labs import load_catalogue
 from mlbook.course import Course
 from mlbook.grading import GradingOptions, autograde
 from mlbook.outputs.results import SubmissionResult, collect

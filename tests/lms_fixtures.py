@@ -14,7 +14,7 @@ import nbformat
 
 from harness import REPO, scratch_course
 from mlbook.authoring import submissions
-from mlbook.authoring.catalogue import load_catalogue
+from mlbook.labs import load_catalogue
 from mlbook.course import Course
 
 LAB = "lab01_hand_attention"

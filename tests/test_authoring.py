@@ -62,7 +62,7 @@ def test_every_answer_cell_of_the_release_is_a_stub(lab):
 
 
 def test_an_all_hidden_test_cell_is_flagged_and_a_commented_one_is_not():
-    from mlbook.authoring.lint import hidden_cells_say_what_they_check
+    from mlbook.lint import hidden_cells_say_what_they_check
 
     def source_with(text):
         cell = nbformat.v4.new_code_cell(text, metadata={"nbgrader": normalize_nbgrader(
@@ -76,7 +76,7 @@ def test_an_all_hidden_test_cell_is_flagged_and_a_commented_one_is_not():
 
 
 def test_the_authoring_guide_names_every_lint_rule():
-    from mlbook.authoring.lint import COURSE_RULES, RULES
+    from mlbook.lint import COURSE_RULES, RULES
 
     guide = (REPO.root / "docs" / "authoring.md").read_text()
     missing = [rule.__name__ for rule in (*RULES, *COURSE_RULES) if f"`{rule.__name__}`" not in guide]

@@ -23,7 +23,7 @@ import pytest
 from harness import REPO
 from mlbook import pyast
 from mlbook.authoring import submissions
-from mlbook.authoring.catalogue import load_catalogue
+from mlbook.labs import load_catalogue
 from mlbook.grading import GradingOptions, autograde_labs
 from mlbook.outputs.results import collect
 from mlbook.grading.status import GRADED

@@ -13,7 +13,7 @@ import nbformat
 import pytest
 
 from harness import REPO
-from mlbook.authoring.catalogue import load_catalogue
+from mlbook.labs import load_catalogue
 from mlbook.authoring.notebooks import fill_answers, read_nb, reference_answers
 from mlbook.sandbox import bwrap, forkserver
 from mlbook.sandbox.limits import Limits

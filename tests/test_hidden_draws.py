@@ -22,7 +22,7 @@ import pytest
 
 from draws import failing_draws, members, solutions
 from harness import LABS
-from mlbook.authoring.catalogue import load_catalogue
+from mlbook.labs import load_catalogue
 
 # Per test cell, for cheap checks (a costly one, which trains a model, gets at least 10). A tolerance
 # wrong on one draw in 300 fails a given cell here with probability 1 - (299/300)^120 = 0.33, and

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from draws import failing_draws, solutions
-from mlbook.authoring.catalogue import load_catalogue
+from mlbook.labs import load_catalogue
 from mlbook_helpers.checks import called_given
 
 LAB = "lab05_entropy_collapse"

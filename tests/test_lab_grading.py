@@ -13,8 +13,8 @@ from __future__ import annotations
 import pytest
 
 from harness import LABS, REPO, alternative_student, mutant_student, pipeline_entries
-from mlbook.authoring.catalogue import load_catalogue
-from mlbook.authoring.lint import release_is_clean
+from mlbook.labs import load_catalogue
+from mlbook.lint import release_is_clean
 from mlbook.authoring.notebooks import is_test, iter_nbgrader_cells, read_authored, read_nb
 from mlbook.grading.status import GRADED
 

@@ -3,7 +3,7 @@ test took the heat map of the student's own weights down with it, one mistake co
 
 import nbformat.v4 as nbf
 
-from mlbook.authoring.lint import given_cells_need_no_test_cell
+from mlbook.lint import given_cells_need_no_test_cell
 
 
 def _nb(*cells):

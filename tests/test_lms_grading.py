@@ -18,7 +18,7 @@ from mlbook.grading import GradingOptions, autograde
 from mlbook.grading.status import GRADED
 from mlbook.lms.collect import collect, read_manifest
 from mlbook.lms.downloads import write_zip
-from mlbook.lms.extensions import grant
+from mlbook.calendar.extensions import grant
 from mlbook.lms.handback import write_handback
 from mlbook.lms.roster import import_roster
 from mlbook.nbgrader_env import gradebook

@@ -16,15 +16,15 @@ import pytest
 
 from lms_fixtures import (CLASS, DUE, EXTENDED, LAB, SCHEDULE, canvas_roster, canvas_uploads, local, make_course,
                           copy_course, moodle_roster, moodle_uploads, notebook, times_csv, tree)
-from mlbook.authoring.lint import check_course
+from mlbook.lint import check_course
 from mlbook.errors import MlbookError
-from mlbook.lms import schedule as schedule_mod
+from mlbook.calendar import schedule as schedule_mod
 from mlbook.lms.collect import collect, read_manifest
 from mlbook.lms.downloads import Upload, canvas_name, moodle_name, write_zip
-from mlbook.lms.extensions import grant
-from mlbook.lms.late import share
+from mlbook.calendar.extensions import grant
+from mlbook.calendar.late import share
 from mlbook.lms.roster import import_roster
-from mlbook.lms.schedule import LatePolicy, read_schedule
+from mlbook.calendar.schedule import LatePolicy, read_schedule
 from mlbook.nbgrader_env import gradebook
 
 pytestmark = pytest.mark.xdist_group("lms-intake")

@@ -170,7 +170,7 @@ def _prepared_answer(reference_cell: str, prepared: str) -> str:
 def lab6_batch(tmp_path_factory):
     from harness import scratch_course
     from mlbook.authoring import submissions
-    from mlbook.authoring.catalogue import load_catalogue
+    from mlbook.labs import load_catalogue
     from mlbook.grading import GradingOptions, autograde_labs
     from mlbook.outputs.results import collect
     from mlbook.sandbox.limits import GiB, Limits

@@ -16,8 +16,8 @@ import mlbook.labs
 from harness import REPO
 from mlbook.authoring import submissions
 from mlbook.authoring.build import build_lab
-from mlbook.authoring.catalogue import load_catalogue
-from mlbook.authoring.lint import check_course
+from mlbook.labs import load_catalogue
+from mlbook.lint import check_course
 from mlbook.course import Course
 from mlbook.grading import GradingOptions, autograde
 from mlbook.grading.status import GRADED

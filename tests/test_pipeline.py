@@ -186,7 +186,7 @@ def test_cli_reports_a_bad_lab_name_in_one_line():
 
 def test_check_flags_a_solution_leaked_into_the_release(tmp_path):
     from mlbook.authoring.build import manifest
-    from mlbook.authoring.lint import check_course
+    from mlbook.lint import check_course
 
     course = scratch_course(LAB, tmp_path)
     (tmp_path / "mlbook_helpers").mkdir()
@@ -203,7 +203,7 @@ def test_check_flags_a_solution_leaked_into_the_release(tmp_path):
 
 def test_check_flags_a_release_edited_after_the_build(tmp_path):
     from mlbook.authoring.build import manifest
-    from mlbook.authoring.lint import check_course
+    from mlbook.lint import check_course
 
     course = scratch_course(LAB, tmp_path)
     (tmp_path / "mlbook_helpers").mkdir()

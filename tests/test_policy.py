@@ -46,7 +46,7 @@ def _with(cells):
 
 
 def test_the_reference_and_every_alternative_use_no_forbidden_name():
-    from mlbook.authoring.catalogue import load_catalogue
+    from mlbook.labs import load_catalogue
 
     assert forbidden_calls(LAB), "lab 4 declares no rule"
     assert shortcuts(LAB, _with({})) == ""

@@ -25,7 +25,7 @@ import pytest
 
 from harness import REPO, scratch_course
 from mlbook.authoring import submissions
-from mlbook.authoring.catalogue import load_catalogue
+from mlbook.labs import load_catalogue
 from mlbook.grading import GradingOptions, autograde_labs
 from mlbook.authoring.notebooks import grade_id, read_nb
 from mlbook.outputs.results import collect

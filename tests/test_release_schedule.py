@@ -11,7 +11,7 @@ import sys
 import zipfile
 
 from harness import REPO, scratch_course
-from mlbook.authoring.lint import check_course
+from mlbook.lint import check_course
 from mlbook.authoring.release_zip import default_path
 
 LAB = "lab01_hand_attention"
@@ -83,7 +83,7 @@ def test_hub_release_before_its_date_is_refused_before_the_exchange_is_touched(t
 def test_the_repository_schedule_holds_back_labs_not_yet_released():
     """The committed course.toml is one check accepts; each lab is refused exactly until its date."""
     from mlbook.errors import MlbookError
-    from mlbook.lms.schedule import read_schedule, release_gate
+    from mlbook.calendar.schedule import read_schedule, release_gate
 
     schedule = read_schedule(REPO)
     for lab, dates in schedule.labs.items():

@@ -20,7 +20,7 @@ import pytest
 
 from harness import LABS, REPO, scratch_course
 from mlbook.course import Course
-from mlbook.authoring.lint import check_course
+from mlbook.lint import check_course
 from mlbook.authoring.release_zip import default_path, write_release_zip
 
 LAB = "lab01_hand_attention"

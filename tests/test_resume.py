@@ -14,7 +14,7 @@ import pytest
 
 from harness import scratch_course
 from mlbook.authoring import submissions
-from mlbook.authoring.catalogue import load_catalogue
+from mlbook.labs import load_catalogue
 from mlbook.outputs.results import collect
 from mlbook.grading.status import GRADED
 

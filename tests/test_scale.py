@@ -8,7 +8,7 @@ import pytest
 
 from harness import scratch_course
 from mlbook.authoring import submissions
-from mlbook.authoring.catalogue import load_catalogue
+from mlbook.labs import load_catalogue
 from mlbook.grading import GradingOptions, autograde
 from mlbook.outputs.results import collect
 from servers import dask_cluster, postgres_server

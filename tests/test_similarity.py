@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from mlbook.authoring.catalogue import load_catalogue, _reference_answers, _repository_source
+from mlbook.authoring.catalogue import _reference_answers, _repository_source
+from mlbook.labs import load_catalogue
 from mlbook.course import Course
 from mlbook.labs import lab_module
 from mlbook.authoring.notebooks import read_nb

@@ -17,7 +17,8 @@ grade_id to what the student wrote there, in one of two forms:
   (most alternatives, a hand-typed list of numbers).
 
 Every answer cell not named keeps the reference solution, so a mutant isolates one mistake.
-``load_catalogue`` returns the entries with every cell resolved to its complete code.
+``mlbook.labs.load_catalogue`` reads a lab's lists and returns the entries with every cell resolved
+to its complete code (``resolve_cells``).
 """
 
 from __future__ import annotations
@@ -29,9 +30,8 @@ from pathlib import Path
 from typing import Mapping, Union
 
 from mlbook.errors import MlbookError
-from mlbook.labs import lab_module
 
-__all__ = ["Mutant", "Alternative", "Catalogue", "Patch", "patch", "load_catalogue"]
+__all__ = ["Mutant", "Alternative", "Catalogue", "Patch", "patch", "resolve_cells"]
 
 
 @dataclass(frozen=True)
@@ -117,39 +117,3 @@ def resolve_cells(cells: Mapping[str, CellCode], answers: Mapping[str, str], whe
             text = edit.apply(text, f"{where}, cell {gid!r}")
         resolved[gid] = text
     return resolved
-
-
-def _repository_source(lab: str) -> Path:
-    return Path(__file__).resolve().parents[2] / "source" / lab / f"{lab}.ipynb"
-
-
-def load_catalogue(lab: str, source: Path | None = None) -> Catalogue:
-    """Read a lab's catalogue, with every cell resolved against the lab's reference answers.
-
-    Args:
-        lab: the lab's name.
-        source: its source notebook (default: the repository's ``source/<lab>/<lab>.ipynb``),
-            whose solution blocks are the reference answers that patches edit.
-    Raises:
-        ValueError: a name is not usable as a student id, or two entries share one.
-        MlbookError: a patch does not apply to the reference.
-    """
-    module = lab_module(lab, "catalogue")
-    mutants = tuple(getattr(module, "MUTANTS", ()))
-    alternatives = tuple(getattr(module, "ALTERNATIVES", ()))
-    names = [m.name for m in mutants] + [a.name for a in alternatives]
-    for name in names:
-        if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", name):
-            raise ValueError(f"{lab}: catalogue name {name!r} must match [a-z0-9-]+")
-    if len(set(names)) != len(names):
-        raise ValueError(f"{lab}: catalogue names must be unique")
-    answers = _reference_answers(source or _repository_source(lab))
-    resolve = lambda entry: dataclasses.replace(  # noqa: E731
-        entry, cells=resolve_cells(entry.cells, answers, f"{lab} catalogue entry {entry.name!r}"))
-    return Catalogue(lab, tuple(map(resolve, mutants)), tuple(map(resolve, alternatives)))
-
-
-def _reference_answers(source: Path) -> dict[str, str]:
-    from mlbook.authoring.notebooks import read_nb, reference_answers
-
-    return reference_answers(read_nb(source)) if source.is_file() else {}

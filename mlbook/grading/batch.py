@@ -35,7 +35,7 @@ from mlbook.grading.policy import shortcuts
 from mlbook.grading.prepare import find_submission, sanitize
 from mlbook.grading.record import Recorder
 from mlbook.grading.register import assignment_registered, register_assignment
-from mlbook.lms.schedule import sync_gradebook
+from mlbook.calendar.schedule import sync_gradebook
 
 
 @dataclass

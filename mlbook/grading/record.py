@@ -33,7 +33,7 @@ from mlbook.sandbox.notebook import SandboxResult
 from mlbook.judge import verdicts
 from mlbook.grading.intake import INTAKE, TIMESTAMP
 from mlbook.grading.prepare import job_key
-from mlbook.lms.extensions import ensure_submission
+from mlbook.calendar.extensions import ensure_submission
 
 STAGING = "autograded/.staging"
 

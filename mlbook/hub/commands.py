@@ -42,7 +42,7 @@ def run(args, course) -> int:
     labs = course.resolve_labs(args.labs)
     warnings = {}
     if args.hub_command == "release":  # the schedule decides before the exchange is touched
-        from mlbook.lms.schedule import release_gate
+        from mlbook.calendar.schedule import release_gate
 
         warnings = {lab: release_gate(course, lab, early=args.now) for lab in labs}
     exchange = exchange_of(course, args.exchange, args.staff_group)

@@ -2,7 +2,8 @@
 
 - ``hidden.py`` (or a ``hidden/`` package): the hidden checks the judge runs (``mlbook.judge.server``),
   written with the lab kit (``mlbook.labs.kit``);
-- ``catalogue.py``: misconception mutants and alternative correct solutions (``mlbook.authoring.catalogue``);
+- ``catalogue.py``: misconception mutants and alternative correct solutions (written with
+  ``mlbook.authoring.catalogue``, read by ``load_catalogue`` here);
 - ``__init__.py``: the lab's settings, read here once (``settings``), each optional:
 
   ``COVERED_BY``
@@ -23,11 +24,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 import os
+import re
 from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
+
+from mlbook.authoring.catalogue import Catalogue, resolve_cells
 
 # A course may keep its labs' grading material outside this package (a private repository of
 # hidden tests, a lab added next term): each folder named in MLBOOK_LABS_PATH (separated by
@@ -75,3 +81,39 @@ def settings(lab: str) -> LabSettings:
         extra_files=extra,
         measures_memory=bool(getattr(module, "MEASURES_MEMORY", False)),
     )
+
+
+def _repository_source(lab: str) -> Path:
+    return Path(__file__).resolve().parents[2] / "source" / lab / f"{lab}.ipynb"
+
+
+def load_catalogue(lab: str, source: Path | None = None) -> Catalogue:
+    """Read a lab's catalogue, with every cell resolved against the lab's reference answers.
+
+    Args:
+        lab: the lab's name.
+        source: its source notebook (default: the repository's ``source/<lab>/<lab>.ipynb``),
+            whose solution blocks are the reference answers that patches edit.
+    Raises:
+        ValueError: a name is not usable as a student id, or two entries share one.
+        MlbookError: a patch does not apply to the reference.
+    """
+    module = lab_module(lab, "catalogue")
+    mutants = tuple(getattr(module, "MUTANTS", ()))
+    alternatives = tuple(getattr(module, "ALTERNATIVES", ()))
+    names = [m.name for m in mutants] + [a.name for a in alternatives]
+    for name in names:
+        if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", name):
+            raise ValueError(f"{lab}: catalogue name {name!r} must match [a-z0-9-]+")
+    if len(set(names)) != len(names):
+        raise ValueError(f"{lab}: catalogue names must be unique")
+    answers = _reference_answers(source or _repository_source(lab))
+    resolve = lambda entry: dataclasses.replace(  # noqa: E731
+        entry, cells=resolve_cells(entry.cells, answers, f"{lab} catalogue entry {entry.name!r}"))
+    return Catalogue(lab, tuple(map(resolve, mutants)), tuple(map(resolve, alternatives)))
+
+
+def _reference_answers(source: Path) -> dict[str, str]:
+    from mlbook.authoring.notebooks import read_nb, reference_answers
+
+    return reference_answers(read_nb(source)) if source.is_file() else {}

@@ -1,4 +1,4 @@
-"""Hand-in and hand-back through an LMS: the schedule, the roster, bulk downloads in, feedback out.
+"""Hand-in and hand-back through an LMS: the roster, bulk downloads in, feedback out.
 
 The week of a TA, one module per step:
 
@@ -6,12 +6,12 @@ The week of a TA, one module per step:
         submitted/<student>/<lab>/<lab>.ipynb + timestamp.txt --autograde--> gradebook
         --late (penalties)--> grades, reports, feedback --handback--> the LMS's feedback zip
 
+The schedule, the extensions and the late penalty are the course calendar (``mlbook.calendar``),
+below grading, which needs them first.
+
 Modules:
-- ``schedule``       ``course.toml``: each lab's release and due date (explicit time zone) and the
-                     late policy; the due dates written into nbgrader's gradebook;
-- ``extensions``     ``extensions.toml``: per-student extensions (``mlbook extend``);
-- ``late``           hours late and the penalty (one function, used by nbgrader's late-submission
-                     plugin at autograde and by every output that shows a score);
+- ``late``           the old home of ``SchedulePenalty``, which course configurations written
+                     before the calendar moved still name (``mlbook.calendar.late``);
 - ``roster``         ``mlbook roster import``: Canvas, Moodle and plain CSV class lists into
                      nbgrader's student table, LMS user ids kept;
 - ``zipread``        a hostile zip read safely: structure checked, sizes counted on the bytes

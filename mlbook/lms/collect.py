@@ -47,9 +47,9 @@ from mlbook.grading.intake import TIMESTAMP
 from mlbook.grading.status import StatusStore
 from mlbook.lms import bulk_download
 from mlbook.lms.bulk_download import CANVAS, Entry, Unparsed, name_key
-from mlbook.lms.extensions import read_extensions
+from mlbook.calendar.extensions import read_extensions
 from mlbook.lms.roster import RosterEntry, roster
-from mlbook.lms.schedule import UTC, Schedule, load_schedule
+from mlbook.calendar.schedule import UTC, Schedule, load_schedule
 from mlbook.lms.zipread import BadFile, Refused, SafeZip, shown
 from mlbook.sandbox.limits import Limits
 

@@ -4,7 +4,7 @@
   status (graded | error | missing), score, max_score, auto_score, auto_max_score,
   manual_pending (written answers not yet graded by a TA), reason, seconds, raw_score,
   late_penalty, hours_late, submitted_at, due (the student's, after any extension). ``score``
-  is after the late penalty (``mlbook.lms.late``); ``raw_score`` before it. An errored
+  is after the late penalty (``mlbook.calendar.late``); ``raw_score`` before it. An errored
   submission is never a silent 0: its status says ``error`` and ``reason`` says why.
 - ``exports/nbgrader.csv``: nbgrader's own export (``nbgrader export``, its CsvExportPlugin),
   unchanged (its ``late_submission_penalty`` is brought up to date first,
@@ -90,7 +90,7 @@ def export_nbgrader_csv(course: Course, labs: list[str], path: Path | None = Non
     """Write nbgrader's own CSV export of ``labs`` (default ``exports/nbgrader.csv``); returns its path."""
     from nbgrader.plugins import CsvExportPlugin
 
-    from mlbook.lms.late import refresh_gradebook
+    from mlbook.calendar.late import refresh_gradebook
 
     path = path or course.exports_dir / "nbgrader.csv"
     for lab in labs:

@@ -89,8 +89,8 @@ def _late_box(result, policy: str) -> str:
 
 def generate_feedback(course: Course, lab: str, students: list[str] | None = None) -> list[Path]:
     """Write feedback for ``students`` (default: every submission); returns the pages written."""
-    from mlbook.lms.late import refresh_gradebook
-    from mlbook.lms.schedule import load_schedule
+    from mlbook.calendar.late import refresh_gradebook
+    from mlbook.calendar.schedule import load_schedule
     from mlbook.outputs.results import collect
 
     students = students if students is not None else course.students(lab)

@@ -6,7 +6,7 @@ Conventions:
 - A cell's message is the one-line error its test raised (``Misconception: ...``), read from
   the autograded notebook; an empty message means the cell passed.
 - Status comes from ``mlbook.grading.status``: graded, error (with its reason) or missing.
-- ``raw_score`` is the cells' sum; ``score`` is after the late penalty (``mlbook.lms.late``),
+- ``raw_score`` is the cells' sum; ``score`` is after the late penalty (``mlbook.calendar.late``),
   computed from the submission time nbgrader recorded and the course's schedule and extensions.
 """
 
@@ -89,9 +89,9 @@ def collect(course: Course, lab: str, students: list[str] | None = None) -> list
 
     from mlbook.nbgrader_env import gradebook
 
-    from mlbook.lms.extensions import read_extensions
-    from mlbook.lms.late import lateness, share
-    from mlbook.lms.schedule import from_gradebook, load_schedule
+    from mlbook.calendar.extensions import read_extensions
+    from mlbook.calendar.late import lateness, share
+    from mlbook.calendar.schedule import from_gradebook, load_schedule
 
     students = students if students is not None else course.students(lab)
     store = StatusStore(course.status_file)

@@ -25,7 +25,7 @@ from playwright.sync_api import FrameLocator, Page, expect
 from browser_suite import GROUP, REPO
 from labpage import menu
 from mlbook.authoring import submissions
-from mlbook.authoring.catalogue import load_catalogue
+from mlbook.labs import load_catalogue
 from mlbook.authoring.notebooks import is_answer, iter_nbgrader_cells, read_nb
 
 pytestmark = pytest.mark.xdist_group(GROUP)

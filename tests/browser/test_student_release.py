@@ -28,7 +28,8 @@ import pytest
 from browser_suite import GROUP, REPO
 from labpage import Cell, NotebookPage, open_notebook
 from mlbook.authoring import submissions
-from mlbook.authoring.catalogue import Mutant, load_catalogue
+from mlbook.authoring.catalogue import Mutant
+from mlbook.labs import load_catalogue
 from mlbook.authoring.notebooks import read_nb, reference_answers
 
 pytestmark = pytest.mark.xdist_group(GROUP)

@@ -32,7 +32,7 @@ from conftest import LAB, mlbook
 from hubpage import (ACTION_TIMEOUT_MS, error_dialog, snap, LIST, api_json, log_in, open_assignments, press_in_row, rows, save,
                      server_url, wait_listed)
 from labpage import NotebookPage
-from mlbook.authoring.catalogue import load_catalogue
+from mlbook.labs import load_catalogue
 from mlbook.authoring.notebooks import read_nb, reference_answers
 
 DOCS_IMG = Path(__file__).resolve().parents[2] / "docs" / "img"

@@ -32,7 +32,9 @@ Convention, for the whole kit: a mask is True where attention is allowed.
 from mlbook_helpers.checks import Misconception, data_array, describe
 
 from mlbook.authoring.catalogue import Alternative, Mutant, patch
-from mlbook.sandbox import procmem  # memory measured from outside the kernel (lab 6)
+# Up a stage, one of the two (scripts/import_graph.py): lab 6's checks read the kernel's memory from
+# outside it, which only the sandbox that holds the kernel's processes can.
+from mlbook.sandbox import procmem
 from mlbook.labs.kit.calls import (Handle, RemoteError, RemoteObject, WireError, ask_array, ask_boolean, ask_items,
                                    ask_number, call_seeing_args, call_student, given, helper, lend, quiet, reraise, session,
                                    student_error)

@@ -26,6 +26,8 @@ import numpy as np
 from mlbook_helpers.checks import Misconception
 from mlbook_kernel.wire import Handle, WireError
 
+# Up a stage, one of the two (scripts/import_graph.py): a check reaches the student's code only
+# through the judge's session with the kernel, which the judge opens before it runs the check.
 from mlbook.judge.remote import RemoteError, RemoteObject, helper, lend, session
 from mlbook.labs.kit.messages import fail
 from mlbook.labs.kit.results import array, boolean, items, number

@@ -10,7 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from mlbook.authoring.catalogue import Catalogue, load_catalogue
+from mlbook.authoring.catalogue import Catalogue
+from mlbook.labs import load_catalogue
 from mlbook.course import Course
 from mlbook.errors import MlbookError
 from mlbook.authoring.notebooks import SOLUTION, is_answer, is_test, iter_nbgrader_cells, nbgrader_meta, read_nb, split_blocks

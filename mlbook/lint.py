@@ -16,7 +16,7 @@ from typing import Callable
 from nbformat import NotebookNode
 
 from mlbook.authoring.build import manifest
-from mlbook.authoring.catalogue import load_catalogue
+from mlbook.labs import load_catalogue
 from mlbook.course import Course
 from mlbook.errors import MlbookError
 from mlbook.labs import settings
@@ -292,7 +292,7 @@ def _code_in(name: str, text: str) -> str:
 def lab_is_scheduled(course: Course, lab: str, source: NotebookNode) -> list[str]:
     """Once the course has a schedule (``course.toml``), every lab has a release and a due date
     there, due after released."""
-    from mlbook.lms.schedule import lab_problems, read_schedule
+    from mlbook.calendar.schedule import lab_problems, read_schedule
 
     schedule = read_schedule(course)
     if schedule is None:
@@ -302,7 +302,7 @@ def lab_is_scheduled(course: Course, lab: str, source: NotebookNode) -> list[str
 
 def schedule_is_valid(course: Course) -> list[str]:
     """``course.toml`` reads: TOML, a known time zone, dates with a time, a known late policy."""
-    from mlbook.lms.schedule import read_schedule
+    from mlbook.calendar.schedule import read_schedule
 
     schedule = read_schedule(course)
     return schedule.problems if schedule else []
@@ -310,7 +310,7 @@ def schedule_is_valid(course: Course) -> list[str]:
 
 def schedule_names_real_labs(course: Course) -> list[str]:
     """Every lab ``course.toml`` schedules exists in ``notebooks/``."""
-    from mlbook.lms.schedule import SCHEDULE_NAME, read_schedule
+    from mlbook.calendar.schedule import SCHEDULE_NAME, read_schedule
 
     schedule = read_schedule(course)
     if schedule is None:
@@ -361,7 +361,7 @@ def check_course(course: Course, labs: list[str]) -> dict[str, list[str]]:
     for course_rule in COURSE_RULES:
         course_problems += [f"{course_rule.__name__}: {p}" for p in course_rule(course)]
     if course_problems:
-        from mlbook.lms.schedule import SCHEDULE_NAME
+        from mlbook.calendar.schedule import SCHEDULE_NAME
 
         report[SCHEDULE_NAME] = course_problems
     return report

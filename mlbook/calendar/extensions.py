@@ -19,7 +19,7 @@ import tomllib
 from mlbook.course import Course, student_id_problem
 from mlbook.errors import MlbookError
 from mlbook.files import write_atomic
-from mlbook.lms.schedule import UTC, from_gradebook, load_schedule, utc_naive
+from mlbook.calendar.schedule import UTC, from_gradebook, load_schedule, utc_naive
 
 EXTENSIONS_NAME = "extensions.toml"
 
