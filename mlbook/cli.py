@@ -176,9 +176,12 @@ def cmd_collect(args) -> int:
 
     course = _course(args)
     lab = course.resolve_labs([args.lab])[0]
+    from mlbook.lms import formats
+
     fmt = args.format or ("pattern" if args.pattern else None)
     if fmt is None:
-        raise MlbookError("say which LMS made the zip: --format canvas|moodle, or --pattern REGEX for another")
+        raise MlbookError(f"say which LMS made the zip: --format {'|'.join(formats.offering('downloads'))}, "
+                          "or --pattern REGEX for another")
     report = collect(course, lab, Path(args.zip), fmt, pattern=args.pattern,
                      times=Path(args.times) if args.times else None)
     print(f"{lab}: collected {len(report.collected)} submission(s) from {Path(args.zip).name}: new {len(report.added)}, "
@@ -317,6 +320,8 @@ def cmd_hub(args) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
+    from mlbook.lms import formats  # the LMS formats' names, for --format and --lms
+
     p = argparse.ArgumentParser(prog="mlbook", description="Build, grade and report the attention labs.")
     p.add_argument("--course", help="course directory (default: the one containing the working directory)")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
@@ -350,7 +355,7 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("feedback", help="write feedback pages for graded (and failed) submissions")
     s.add_argument("labs", nargs="*")
     s.add_argument("--student", action="append")
-    s.add_argument("--lms", choices=["canvas", "moodle"],
+    s.add_argument("--lms", choices=formats.offering("handbacks"),
                    help="also write the zip the LMS's bulk feedback upload takes (exports/handback/<lab>-<lms>.zip)")
     s.set_defaults(func=cmd_feedback)
 
@@ -363,7 +368,7 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("collect", help="place an LMS bulk download of one lab in submitted/<student>/<lab>/")
     s.add_argument("lab")
     s.add_argument("zip")
-    s.add_argument("--format", choices=["canvas", "moodle", "pattern"], help="the LMS that made the zip")
+    s.add_argument("--format", choices=formats.offering("downloads"), help="the LMS that made the zip")
     s.add_argument("--pattern", help="for another LMS: a regex over each entry's path with a named group "
                    "student, lms_id or name (and optionally attempt, late)")
     s.add_argument("--times", help="CSV of submission times (file_id, lms_id or student; submitted_at): Canvas's zip has none")

@@ -1,5 +1,5 @@
 """A class, its roster and its bulk downloads, built in code from the LMSs' documented formats
-(``mlbook.lms.bulk_download``): shared by the LMS tests."""
+(``mlbook.lms.formats``): shared by the LMS tests."""
 
 from __future__ import annotations
 

@@ -350,13 +350,13 @@ def test_a_symlinked_student_folder_in_the_course_is_never_written_through(roste
 
 
 def test_a_moodle_name_and_folder_layout_round_trip():
-    from mlbook.lms.bulk_download import MOODLE, parse
+    from mlbook.lms.formats import FORMATS
     from mlbook.lms.zipread import Member
 
     for folders in (True, False):
         name = moodle_name("Zoë Ångström", 502, "my lab.ipynb", folders)
         member = Member(name, tuple(p for p in name.split("/") if p), 1, dt.datetime(2027, 1, 1), zipfile.ZipInfo(name))
-        entry = parse(member, MOODLE)
+        entry = FORMATS["moodle"].parse(member)
         assert (entry.key, entry.lms_ref, entry.filename) == ("Zoë Ångström", "502", "my lab.ipynb")
         assert entry.prefix == "Zoë Ångström_502_assignsubmission_file_"
 

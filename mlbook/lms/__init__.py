@@ -16,8 +16,10 @@ Modules:
                      nbgrader's student table, LMS user ids kept;
 - ``zipread``        a hostile zip read safely: structure checked, sizes counted on the bytes
                      actually decompressed, nothing extracted by its own name;
-- ``bulk_download``  the names Canvas, Moodle (or a configured pattern) give files in a bulk
-                     download, parsed into who, which attempt, which file;
+- ``formats``        one module per LMS (Canvas, Moodle, a pattern for any other, a plain class
+                     list) and the registry every step below reads: how its downloads name
+                     files, how its class list reads, how its feedback upload names a page;
+- ``records``        what those files say: a download's entry, a class list's row;
 - ``collect``        ``mlbook collect``: a bulk download placed in nbgrader's layout, the latest
                      attempt before the cutoff, unmatched files and missing students reported;
 - ``handback``       the zip each LMS's bulk feedback upload takes, keyed by the download's names;

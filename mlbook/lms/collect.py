@@ -3,7 +3,7 @@
 For each student of the roster (nbgrader's student table, ``mlbook roster import``) the
 download's notebooks are matched to the lab by their cells' grade ids (a renamed notebook is
 found; a notebook of another lab is not taken), and one is chosen: the latest attempt
-(``bulk_download.Entry.order``) submitted before the cutoff (``course.toml``'s
+(``records.Entry.order``) submitted before the cutoff (``course.toml``'s
 ``zero_after_hours``, from the student's due date), else the latest. It is written to
 ``submitted/<student>/<lab>/<lab>.ipynb`` with nbgrader's ``timestamp.txt`` holding the
 submission time, both atomically, through folders opened without following links.
@@ -45,10 +45,12 @@ from mlbook.errors import MlbookError
 from mlbook.files import write_atomic
 from mlbook.grading.intake import TIMESTAMP
 from mlbook.grading.status import StatusStore
-from mlbook.lms import bulk_download
-from mlbook.lms.bulk_download import CANVAS, Entry, Unparsed, name_key
+from mlbook.lms import formats
+from mlbook.lms.formats.base import LmsFormat
+from mlbook.lms.formats.pattern import compile_pattern
+from mlbook.lms.records import Entry, RosterEntry, Unparsed, name_key
 from mlbook.calendar.extensions import read_extensions
-from mlbook.lms.roster import RosterEntry, roster
+from mlbook.lms.roster import roster
 from mlbook.calendar.schedule import UTC, Schedule, load_schedule
 from mlbook.lms.zipread import BadFile, Refused, SafeZip, shown
 from mlbook.sandbox.limits import Limits
@@ -102,20 +104,18 @@ def timestamp_text(when: dt.datetime) -> str:
 def collect(course: Course, lab: str, zip_path: Path, fmt: str, *, pattern: str | None = None,
             times: Path | None = None, max_file: int | None = None) -> CollectReport:
     """Collect one lab's submissions from an LMS bulk download; see the module docstring."""
-    fmt = fmt.lower()
-    if fmt not in (*bulk_download.FORMATS, bulk_download.PATTERN):
-        raise MlbookError(f"unknown format {fmt!r}: canvas, moodle or pattern (with --pattern)")
-    compiled = bulk_download.compile_pattern(pattern) if fmt == bulk_download.PATTERN else None
+    lms = formats.named(fmt, "downloads")
+    compiled = compile_pattern(pattern) if pattern is not None else None
     if not course.source(lab).is_file():
         raise MlbookError(f"{lab}: no source notebook; run `mlbook build {lab}` first")
     schedule = load_schedule(course)
     people = roster(course)
-    if not people and fmt != bulk_download.PATTERN:
+    if not people and lms.needs_roster:
         raise MlbookError("the gradebook has no students: run `mlbook roster import FILE` with the LMS's class list first")
     given_times = _read_times(times, schedule) if times else {}
     extended = read_extensions(course).get(lab, {})
     wanted = _grade_ids(course.source(lab).read_bytes()) or set()
-    report = CollectReport(lab, fmt)
+    report = CollectReport(lab, lms.name)
     max_file = max_file or Limits().submission_bytes
     try:
         archive = SafeZip(zip_path, max_file=max_file)
@@ -125,7 +125,7 @@ def collect(course: Course, lab: str, zip_path: Path, fmt: str, *, pattern: str 
         raise MlbookError(f"no such file: {zip_path}") from None
     with archive:
         try:
-            by_student = _candidates(archive, fmt, compiled, people, wanted, given_times, schedule, lab, report)
+            by_student = _candidates(archive, lms, compiled, people, wanted, given_times, schedule, lab, report)
         except Refused as exc:
             raise MlbookError(f"refused: {exc}; nothing was collected") from None
         chosen = _choose(by_student, schedule, lab, extended, report)
@@ -153,16 +153,16 @@ def collect(course: Course, lab: str, zip_path: Path, fmt: str, *, pattern: str 
             previous["students"][student] = {
                 "entry": candidate.entry.member.name, "file": candidate.entry.filename, "sha256": candidate.sha256,
                 "submitted_at": candidate.submitted_at.isoformat() if candidate.submitted_at else None,
-                "format": fmt, "prefix": candidate.entry.prefix, "lms_ref": candidate.entry.lms_ref,
+                "format": lms.name, "prefix": candidate.entry.prefix, "lms_ref": candidate.entry.lms_ref,
                 "lms_late": candidate.entry.late}
-    previous["format"] = fmt
+    previous["format"] = lms.name
     write_atomic(manifest_path(course, lab), json.dumps(previous, indent=1, ensure_ascii=False, sort_keys=True))
     have = set(chosen) | set(previous["students"])
     report.missing = sorted(p.id for p in people if p.id not in have and not course.has_submission(p.id, lab))
     return report
 
 
-def _candidates(archive: SafeZip, fmt: str, pattern, people: list[RosterEntry], wanted: set[str],
+def _candidates(archive: SafeZip, lms: LmsFormat, pattern, people: list[RosterEntry], wanted: set[str],
                 given_times: dict[str, dt.datetime], schedule: Schedule | None, lab: str,
                 report: CollectReport) -> dict[str, list[Candidate]]:
     by_lms = {p.lms_user_id: p for p in people if p.lms_user_id}
@@ -174,11 +174,11 @@ def _candidates(archive: SafeZip, fmt: str, pattern, people: list[RosterEntry], 
                 by_name.setdefault(key, []).append(p)
     out: dict[str, list[Candidate]] = {}
     for member in archive.members:
-        parsed = bulk_download.parse(member, fmt, pattern)
+        parsed = lms.parse(member, pattern)
         if isinstance(parsed, Unparsed):
             report.unmatched.append((member.name, parsed.reason))
             continue
-        student, reason = _who(parsed, by_lms, by_id, by_name, people, fmt)
+        student, reason = _who(parsed, by_lms, by_id, by_name, people, lms)
         if not student:
             report.unmatched.append((member.name, reason))
             continue
@@ -200,18 +200,17 @@ def _candidates(archive: SafeZip, fmt: str, pattern, people: list[RosterEntry], 
             report.unmatched.append((member.name, f"{student}: not a notebook of {lab} (its cells carry "
                                                   f"{len(ids & wanted)} of the lab's {len(wanted)} grade ids)"))
             continue
-        when = _submitted_at(parsed, student, fmt, given_times, schedule, lab, report)
+        when = _submitted_at(parsed, student, lms, given_times, schedule, lab, report)
         out.setdefault(student, []).append(Candidate(parsed, student, when, hashlib.sha256(data).hexdigest(), kind))
     return out
 
 
-def _who(entry: Entry, by_lms, by_id, by_name, people, fmt: str) -> tuple[str, str]:
+def _who(entry: Entry, by_lms, by_id, by_name, people, lms: LmsFormat) -> tuple[str, str]:
     """The student an entry belongs to, or "" and why not."""
     if entry.key_kind == "lms_id":
         person = by_lms.get(entry.key)
-        what = "Canvas user id" if fmt == CANVAS else "LMS user id"
         if person is None:
-            return "", (f"no student in the roster has {what} {entry.key} ({shown(entry.display_name)}); "
+            return "", (f"no student in the roster has {lms.user_id} {entry.key} ({shown(entry.display_name)}); "
                         "import the current class list with `mlbook roster import`")
         return person.id, ""
     if entry.key_kind == "name":
@@ -231,21 +230,17 @@ def _who(entry: Entry, by_lms, by_id, by_name, people, fmt: str) -> tuple[str, s
     return entry.key, ""
 
 
-def _submitted_at(entry: Entry, student: str, fmt: str, given: dict[str, dt.datetime], schedule: Schedule | None,
+def _submitted_at(entry: Entry, student: str, lms: LmsFormat, given: dict[str, dt.datetime], schedule: Schedule | None,
                   lab: str, report: CollectReport) -> dt.datetime | None:
     for key in (entry.file_ref, entry.lms_ref, student, entry.key):
         if key and key in given:
             return given[key]
     zone = (schedule.timezone if schedule else None) or UTC
     entry_time = entry.member.modified.replace(tzinfo=zone).astimezone(UTC)
-    due = schedule.due(lab) if schedule else None
-    if fmt == CANVAS and due is not None:
-        if entry.late:
-            report.warnings.append(f"{student}: Canvas marks {shown(entry.member.name)} LATE but the download does not "
-                                   "say when it was submitted; counted as 1 second late (pass --times for the real time)")
-            return due + dt.timedelta(seconds=1)
-        return min(entry_time, due)
-    return entry_time
+    when, warning = lms.submitted_at(entry, entry_time, schedule.due(lab) if schedule else None)
+    if warning:
+        report.warnings.append(f"{student}: " + warning.format(entry=shown(entry.member.name)))
+    return when
 
 
 def _choose(by_student: dict[str, list[Candidate]], schedule: Schedule | None, lab: str,

@@ -1,4 +1,4 @@
-"""Bulk downloads written as Canvas and Moodle write them (``bulk_download`` has the formats),
+"""Bulk downloads written as Canvas and Moodle write them (``formats`` has how each names them),
 for ``make demo`` and the tests: a class's files named the LMS's way, zipped with entry times."""
 
 from __future__ import annotations

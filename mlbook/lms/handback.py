@@ -3,7 +3,8 @@
 Written by ``mlbook feedback LAB --lms canvas|moodle`` to ``exports/handback/<lab>-<lms>.zip``,
 one page per student collected from that LMS's download (``submitted/.collected/<lab>.json``
 keeps the names the download gave). Each entry is the download's own prefix followed by
-``<lab>-feedback.html``:
+``<lab>-feedback.html`` (``LmsFormat.handback_name``; each LMS's module of ``mlbook.lms.formats``
+says how its upload reads it):
 
 - **Moodle** (Assignment > View all submissions > Grading action "Upload multiple feedback files
   in a zip"; ``assignfeedback_file`` ``importziplib.php``): ``<Full Name>_<participant id>_
@@ -31,7 +32,7 @@ from pathlib import Path
 from mlbook.course import Course
 from mlbook.errors import MlbookError
 from mlbook.files import replacing
-from mlbook.lms.bulk_download import CANVAS, MOODLE
+from mlbook.lms import formats
 from mlbook.lms.collect import read_manifest
 
 
@@ -42,15 +43,10 @@ class Handback:
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (student, reason)
 
 
-def entry_name(lms: str, prefix: str, lab: str) -> str:
-    return f"{prefix}{lab}-feedback.html"
-
-
 def write_handback(course: Course, lab: str, lms: str, students: list[str] | None = None,
                    path: Path | None = None) -> Handback:
-    lms = lms.lower()
-    if lms not in (CANVAS, MOODLE):
-        raise MlbookError(f"--lms {lms!r}: canvas or moodle")
+    fmt = formats.named(lms, "handbacks")
+    lms = fmt.name
     manifest = read_manifest(course, lab)["students"]
     path = path or course.exports_dir / "handback" / f"{lab}-{lms}.zip"
     result = Handback(path)
@@ -66,7 +62,7 @@ def write_handback(course: Course, lab: str, lms: str, students: list[str] | Non
         elif entry.get("format") != lms or not entry.get("prefix"):
             result.skipped.append((student, f"collected from a {entry.get('format')} download, not {lms}"))
         else:
-            result.files[student] = unicodedata.normalize("NFC", entry_name(lms, entry["prefix"], lab))
+            result.files[student] = unicodedata.normalize("NFC", fmt.handback_name(entry["prefix"], lab))
             pages[student] = page
     with replacing(path) as tmp:
         with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as archive:

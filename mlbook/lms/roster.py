@@ -9,7 +9,9 @@ semicolon or tab separated). Columns read, and where each goes in nbgrader's ``S
 | Moodle grade or participants export | ``First name`` and ``Last name`` (or ``Surname``) and ``Email address`` | ``Username``, else ``ID number``, else the address's local part | ``First name``, ``Last name`` | ``Email address`` | ``ID number`` (blank when absent) |
 | plain | ``id,first,last,email,lms_id`` | ``id`` | ``first``, ``last`` | ``email`` | ``lms_id`` |
 
-Canvas's ``Points Possible`` row and its ``Test Student`` are skipped; so are blank rows. A row
+Each layout is read by its LMS's module of ``mlbook.lms.formats`` (the first whose
+``reads_roster`` accepts the header). Canvas's ``Points Possible`` row and its ``Test Student``
+are skipped; so are blank rows. A row
 that cannot be read (too few cells, no usable id, an id ``student_id_problem`` refuses, an id or
 LMS id twice in the file, an LMS id that already belongs to another student in the gradebook)
 is reported with its line number and the rest are imported. Importing again updates each
@@ -25,23 +27,8 @@ from pathlib import Path
 
 from mlbook.course import Course, student_id_problem
 from mlbook.errors import MlbookError
-
-CANVAS, MOODLE, PLAIN = "canvas", "moodle", "plain"
-PLAIN_COLUMNS = ["id", "first", "last", "email", "lms_id"]
-
-
-@dataclass(frozen=True)
-class RosterEntry:
-    line: int
-    id: str
-    first_name: str
-    last_name: str
-    email: str
-    lms_user_id: str
-
-    @property
-    def full_name(self) -> str:
-        return " ".join(p for p in (self.first_name, self.last_name) if p)
+from mlbook.lms import formats
+from mlbook.lms.records import RosterEntry
 
 
 @dataclass
@@ -69,13 +56,13 @@ def parse_roster(text: str, shown: str = "roster") -> ParsedRoster:
     if not rows:
         raise MlbookError(f"{shown} is empty")
     header = [h.strip() for h in rows[0]]
-    layout = _layout(header)
+    layout = next((fmt for fmt in formats.FORMATS.values() if fmt.rosters and fmt.reads_roster(header)), None)
     if layout is None:
-        raise MlbookError(f"{shown}, line 1: the header {', '.join(header[:6])!r} is neither Canvas's (Student, ID, "
-                          f"SIS User ID, ...), Moodle's (First name, Last name, Email address, ...) nor "
-                          f"{','.join(PLAIN_COLUMNS)}")
+        known = [fmt.roster_header for fmt in formats.FORMATS.values() if fmt.rosters]
+        raise MlbookError(f"{shown}, line 1: the header {', '.join(header[:6])!r} is none of "
+                          f"{', '.join(known[:-1])} or {known[-1]}")
     column = {name: i for i, name in reversed(list(enumerate(header)))}
-    parsed = ParsedRoster(layout)
+    parsed = ParsedRoster(layout.name)
     seen_ids: dict[str, int] = {}
     seen_lms: dict[str, int] = {}
     for number, row in enumerate(rows[1:], start=2):
@@ -87,11 +74,11 @@ def parse_roster(text: str, shown: str = "roster") -> ParsedRoster:
             return row[i].strip() if i is not None and i < len(row) else ""
 
         where = f"{shown}, line {number}"
-        if len(row) < min(len(header), 4 if layout != PLAIN else len(PLAIN_COLUMNS)):
+        if len(row) < min(len(header), layout.roster_min_cells):
             parsed.problems.append(f"{where}: {len(row)} cell(s) where the header has {len(header)}; row skipped")
             continue
         try:
-            entry = _entry(layout, get, number)
+            entry = layout.roster_entry(get, number)
         except ValueError as exc:
             parsed.problems.append(f"{where}: {exc}; row skipped")
             continue
@@ -112,42 +99,6 @@ def parse_roster(text: str, shown: str = "roster") -> ParsedRoster:
             seen_lms[entry.lms_user_id] = number
         parsed.entries.append(entry)
     return parsed
-
-
-def _layout(header: list[str]) -> str | None:
-    names = set(header)
-    if header[: len(PLAIN_COLUMNS)] == PLAIN_COLUMNS:
-        return PLAIN
-    if {"Student", "ID"} <= names and ({"SIS User ID", "SIS Login ID"} & names):
-        return CANVAS
-    if {"First name", "Email address"} <= names and ({"Last name", "Surname"} & names):
-        return MOODLE
-    return None
-
-
-def _entry(layout: str, get, number: int) -> RosterEntry | None:
-    if layout == PLAIN:
-        if not get("id"):
-            raise ValueError("no id")
-        return RosterEntry(number, get("id"), get("first"), get("last"), get("email"), get("lms_id"))
-    if layout == CANVAS:
-        name = get("Student")
-        if name.strip() in ("Points Possible", "Student, Test", "Test Student"):
-            return None
-        canvas_id = get("ID")
-        if canvas_id and not canvas_id.isdigit():
-            raise ValueError(f"Canvas's ID {canvas_id!r} is not a number")
-        student = get("SIS User ID") or get("SIS Login ID") or (f"canvas-{canvas_id}" if canvas_id else "")
-        if not student:
-            raise ValueError("no SIS User ID, SIS Login ID or ID")
-        last, _, first = name.partition(",")
-        login = get("SIS Login ID")
-        return RosterEntry(number, student, first.strip(), last.strip(), login if "@" in login else "", canvas_id)
-    email = get("Email address")
-    student = get("Username") or get("ID number") or email.partition("@")[0]
-    if not student:
-        raise ValueError("no Username, ID number or Email address")
-    return RosterEntry(number, student, get("First name"), get("Last name") or get("Surname"), email, get("ID number"))
 
 
 def import_roster(course: Course, path: Path) -> ImportReport:
