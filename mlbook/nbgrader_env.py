@@ -144,18 +144,19 @@ def load_config(course: Course) -> Config:
 
 def api_for(course: Course, quiet: bool = True):
     """A ``CourseAPI`` for the course. nbgrader's own log goes to the call's result dict."""
-    api = api_with(load_config(course))
+    return api_with(load_config(course), quiet)
+
+
+def api_with(config: Config, quiet: bool = True):
+    """A ``CourseAPI`` on ``config`` (``load_config``'s, changed by the caller); ``quiet``: nbgrader's
+    own log goes to the call's result dict only."""
+    install()
+    api = _course_api_class()(config=config)
     if quiet:
         api.log.setLevel(logging.WARNING)
         for handler in list(api.log.handlers):
             handler.setLevel(logging.CRITICAL)
     return api
-
-
-def api_with(config: Config):
-    """A ``CourseAPI`` on ``config`` (``load_config``'s, changed by the caller)."""
-    install()
-    return _course_api_class()(config=config)
 
 
 def _in_place(converter: type) -> type:

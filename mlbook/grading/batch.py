@@ -11,6 +11,7 @@ nbgrader's late penalty counts from it; a progress bar shows done/total, errors 
 
 from __future__ import annotations
 
+import copy
 import math
 import shutil
 import statistics
@@ -23,13 +24,13 @@ import nbformat
 
 from mlbook.course import Course, student_id_problem
 from mlbook.errors import MlbookError
-from mlbook.nbgrader_env import api_for, load_config
+from mlbook.nbgrader_env import api_with, load_config
 from mlbook.sandbox import bwrap, forkserver
 from mlbook.sandbox.limits import Limits
 from mlbook.judge.plan import plan_from_text
 from mlbook.labs import settings
 from mlbook.grading.status import ERROR, GRADED, Attempt, StatusStore
-from mlbook.grading.executors import DaskExecutor, LocalExecutor, Task
+from mlbook.grading.executors import Task, executor_for
 from mlbook.grading.intake import discard
 from mlbook.grading.policy import shortcuts
 from mlbook.grading.prepare import find_submission, sanitize
@@ -91,6 +92,11 @@ def autograde_labs(
     """Autograde several labs as one batch: every submission of every lab shares the workers,
     so a slow notebook of one lab never leaves a core idle while the next lab waits.
 
+    The steps, each a method of ``_Batch``: ``select`` (who is graded, who is skipped as graded
+    already), ``set_up`` (the sandbox checked and warmed; nbgrader's config, API and gradebook
+    opened once for the batch; each lab registered and its due dates written), then ``run``
+    (``tasks`` prepared as workers free up, executed, each result recorded and ``finish``ed).
+
     Args:
         course: the course directory.
         labs: the labs (nbgrader assignment ids).
@@ -104,93 +110,119 @@ def autograde_labs(
     Returns:
         Per lab, the attempts made and the students skipped as already graded.
     """
-    options = options or GradingOptions()
-    start = time.perf_counter()
-    store = StatusStore(course.status_file)
-    runs = {lab: GradingRun() for lab in labs}
-    todo: list[tuple[str, str]] = []
-    if students is not None and not isinstance(students, Mapping):
-        students = dict.fromkeys(labs, list(students))
-    for lab in labs:
-        for student in (list(students.get(lab, [])) if students is not None else course.students(lab)):
-            if problem := student_id_problem(student):
-                raise MlbookError(f"{lab}: refused: {problem}")
-            if not course.has_submission(student, lab):  # a link is there too: the intake refuses it
-                raise MlbookError(f"{lab}: no submission for student {student!r} in {course.submitted_dir}")
-            if not force and store.get(lab, student).status == GRADED and course.autograded(student, lab).is_file():
-                runs[lab].skipped.append((lab, student))
-            else:
-                todo.append((lab, student))
-    if not todo:
-        return runs
-    if options.sandboxed and (problem := bwrap.problem()):
-        raise MlbookError(f"cannot start the grading sandbox: {problem}")
-    if options.sandboxed and not options.scheduler:
-        for measures_memory in {settings(lab).measures_memory for lab, _ in todo}:
-            forkserver.warm_up(measures_memory)  # preloads while the first submissions are prepared
-    api = api_for(course)
-    for lab in dict.fromkeys(lab for lab, _ in todo):
-        if not assignment_registered(course, lab):
-            register_assignment(course, lab, api)
-    sync_gradebook(course, list(dict.fromkeys(lab for lab, _ in todo)))  # due dates from course.toml
+    batch = _Batch(course, labs, options or GradingOptions())
+    batch.select(students, force)
+    if batch.todo:
+        batch.set_up()
+        batch.run(progress, on_attempt)
+    return batch.runs
 
-    bar = _progress(len(todo), f"autograde {labs[0]}" if len(labs) == 1 else f"autograde {len(labs)} labs", progress)
 
-    schedule = _Schedule(todo, store)
+class _Batch:
+    """One ``autograde_labs`` call: its course, its options, what it has done so far."""
 
-    def finish(attempt: Attempt) -> None:
-        schedule.done(attempt)
-        run = runs[attempt.lab]
-        discard(course, attempt.student, attempt.lab)  # the private copy of the submission
-        if attempt.status == ERROR:
-            shutil.rmtree(course.autograded(attempt.student, attempt.lab).parent, ignore_errors=True)
-        store.record(attempt)
-        run.attempts.append(attempt)
-        if on_attempt:
-            on_attempt(attempt)
-        bar.update(1)
-        bar.set_postfix(errors=sum(len(r.errors) for r in runs.values()))
+    def __init__(self, course: Course, labs: list[str], options: GradingOptions):
+        self.course, self.labs, self.options = course, labs, options
+        self.began = time.perf_counter()
+        self.store = StatusStore(course.status_file)
+        self.runs = {lab: GradingRun() for lab in labs}
+        self.todo: list[tuple[str, str]] = []
+        self.warnings: dict[tuple[str, str], str] = {}  # (lab, student) -> what a TA should look at
+        self.sources: dict[str, str] = {}  # lab -> its source notebook, read once
+        self.config = None  # nbgrader's config of the course, loaded once by ``set_up``
+        self.schedule: _Schedule | None = None
+        self.on_attempt: Callable[[Attempt], None] | None = None
+        self.bar = None
 
-    config = load_config(course)
-    sources: dict[str, str] = {}
-    warnings: dict[tuple[str, str], str] = {}
+    def select(self, students, force: bool) -> None:
+        """Who is graded (``todo``) and who is skipped as graded already; refuses a bad id."""
+        course, labs = self.course, self.labs
+        if students is not None and not isinstance(students, Mapping):
+            students = dict.fromkeys(labs, list(students))
+        for lab in labs:
+            for student in (list(students.get(lab, [])) if students is not None else course.students(lab)):
+                if problem := student_id_problem(student):
+                    raise MlbookError(f"{lab}: refused: {problem}")
+                if not course.has_submission(student, lab):  # a link is there too: the intake refuses it
+                    raise MlbookError(f"{lab}: no submission for student {student!r} in {course.submitted_dir}")
+                if not force and self.store.get(lab, student).status == GRADED \
+                        and course.autograded(student, lab).is_file():
+                    self.runs[lab].skipped.append((lab, student))
+                else:
+                    self.todo.append((lab, student))
 
-    def prepared() -> Iterator[Task]:
+    def set_up(self) -> None:
+        """The sandbox checked and warmed, nbgrader's config, API and gradebook opened once, each
+        lab of the batch registered in the gradebook with its due dates from ``course.toml``."""
+        course, options = self.course, self.options
+        if options.sandboxed and (problem := bwrap.problem()):
+            raise MlbookError(f"cannot start the grading sandbox: {problem}")
+        if options.sandboxed and not options.scheduler:
+            for measures_memory in {settings(lab).measures_memory for lab, _ in self.todo}:
+                forkserver.warm_up(measures_memory)  # preloads while the first submissions are prepared
+        self.config = load_config(course)
+        self.recorder = Recorder(course, self.config)
+        labs = list(dict.fromkeys(lab for lab, _ in self.todo))
+        for lab in labs:
+            if not assignment_registered(course, lab):
+                register_assignment(course, lab, api_with(copy.deepcopy(self.config)))
+        sync_gradebook(course, labs)
+        self.schedule = _Schedule(self.todo, self.store)
+
+    def tasks(self) -> Iterator[Task]:
         """Check and sanitize submissions one at a time, as workers free up, in the schedule's
         order. A refused submission folder (``intake``) is an error with its reason."""
-        for lab, student in schedule:
+        course, options = self.course, self.options
+        for lab, student in self.schedule:
             intake = find_submission(course, lab, student, options.limits.submission_bytes)
-            job = sanitize(course, config, lab, student, intake.notebook) if intake.notebook else None
+            job = sanitize(course, self.config, lab, student, intake.notebook) if intake.notebook else None
             if job is None or job.error:
-                finish(Attempt(lab, student, ERROR, reason=job.error if job else intake.error))
+                self.finish(Attempt(lab, student, ERROR, reason=job.error if job else intake.error))
                 continue
-            warnings[(lab, student)] = "; ".join(filter(None, (intake.warning, shortcuts(lab, job.notebook))))
-            schedule.submitted(lab)
-            if lab not in sources:
-                sources[lab] = course.source(lab).read_text()
-            yield Task(lab, student, job.key, nbformat.writes(job.notebook), sources[lab], options.limits,
+            self.warnings[(lab, student)] = "; ".join(filter(None, (intake.warning, shortcuts(lab, job.notebook))))
+            self.schedule.submitted(lab)
+            if lab not in self.sources:
+                self.sources[lab] = course.source(lab).read_text()
+            yield Task(lab, student, job.key, nbformat.writes(job.notebook), self.sources[lab], options.limits,
                        options.sandboxed)
 
-    executor = DaskExecutor(options.scheduler) if options.scheduler else LocalExecutor(options.workers)
-    recorder = Recorder(course)
-    try:
-        for task, result in executor.run(prepared()):
-            began = time.perf_counter()
-            plan = plan_from_text(task.lab, task.source_json)
-            reason = result.error or recorder.record(task.lab, task.student, task.key, result, plan)
-            timings = {**result.timings, "recording": round(time.perf_counter() - began, 3)}
-            finish(Attempt(task.lab, task.student, ERROR if reason else GRADED, reason=reason or "",
-                           seconds=result.seconds, warning=warnings.get((task.lab, task.student), ""),
-                           timings=timings))
-    finally:
-        if isinstance(executor, DaskExecutor):
+    def finish(self, attempt: Attempt) -> None:
+        """An attempt is over: its private copy gone, an error's partial output removed, its status
+        recorded, the caller told, the progress bar moved."""
+        self.schedule.done(attempt)
+        discard(self.course, attempt.student, attempt.lab)  # the private copy of the submission
+        if attempt.status == ERROR:
+            shutil.rmtree(self.course.autograded(attempt.student, attempt.lab).parent, ignore_errors=True)
+        self.store.record(attempt)
+        self.runs[attempt.lab].attempts.append(attempt)
+        if self.on_attempt:
+            self.on_attempt(attempt)
+        self.bar.update(1)
+        self.bar.set_postfix(errors=sum(len(r.errors) for r in self.runs.values()))
+
+    def run(self, progress: bool, on_attempt: Callable[[Attempt], None] | None) -> None:
+        """Every task executed (``executors``), each result recorded by the one writer."""
+        labs = self.labs
+        self.on_attempt = on_attempt
+        self.bar = _progress(len(self.todo), f"autograde {labs[0]}" if len(labs) == 1 else f"autograde {len(labs)} labs",
+                             progress)
+        executor = executor_for(self.options.workers, self.options.scheduler)
+        try:
+            for task, result in executor.run(self.tasks()):
+                began = time.perf_counter()
+                plan = plan_from_text(task.lab, task.source_json)
+                reason = result.error or self.recorder.record(task.lab, task.student, task.key, result, plan)
+                timings = {**result.timings, "recording": round(time.perf_counter() - began, 3)}
+                self.finish(Attempt(task.lab, task.student, ERROR if reason else GRADED, reason=reason or "",
+                                    seconds=result.seconds, warning=self.warnings.get((task.lab, task.student), ""),
+                                    timings=timings))
+        finally:
             executor.close()
-        bar.close()
-    seconds = time.perf_counter() - start
-    for run in runs.values():
-        run.seconds = seconds
-        run.at_once = getattr(executor, "peak", 0)
-    return runs
+            self.bar.close()
+        seconds = time.perf_counter() - self.began
+        for run in self.runs.values():
+            run.seconds = seconds
+            run.at_once = executor.peak
 
 
 class _Schedule:

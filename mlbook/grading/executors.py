@@ -9,13 +9,14 @@ never touch the course folder or the gradebook; recording stays with the caller 
   more while cores sit idle).
 - ``DaskExecutor(address)``: an existing Dask distributed cluster; each worker needs only this
   project installed (and bubblewrap). The judge runs on the worker, beside its sandbox.
+Both are ``Executor``s; ``executor_for`` picks one from the grading options.
 """
 
 from __future__ import annotations
 
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Protocol
 
 import nbformat
 
@@ -55,6 +56,25 @@ def grade_task(task: Task) -> SandboxResult:
     result.error = (f"the grader failed to check this notebook, {ATTEMPTS} times (not the student's fault; "
                     f"grade again, or report it): {internal[0]}")[:500]
     return result
+
+
+class Executor(Protocol):
+    """Runs tasks in sandboxes; what the batch needs of any executor."""
+
+    peak: int  # the most sandboxes that ran at once on this machine (0 where it cannot tell)
+
+    def run(self, tasks: Iterable[Task]) -> Iterator[tuple[Task, SandboxResult]]:
+        """``(task, result)`` as each finishes, drawing ``tasks`` as workers free up."""
+        ...
+
+    def close(self) -> None:
+        """Let go of what the executor holds (a cluster's connection)."""
+        ...
+
+
+def executor_for(workers: int | None, scheduler: str | None) -> Executor:
+    """A Dask cluster's executor when a scheduler address is given, else sandboxes here."""
+    return DaskExecutor(scheduler) if scheduler else LocalExecutor(workers)
 
 
 class LocalExecutor:
@@ -103,12 +123,18 @@ class LocalExecutor:
                 for task, future in finished:
                     yield task, future.result()
 
+    def close(self) -> None:
+        """Nothing outlives ``run`` here (its pool closes with it)."""
+
 
 class DaskExecutor:
+    """Sandboxes on the workers of a running Dask cluster at ``address``."""
+
     def __init__(self, address: str):
         from distributed import Client
 
         self.client = Client(address, timeout="30s")
+        self.peak = 0  # the cluster's workers are other machines': not counted here
 
     def run(self, tasks: Iterable[Task]) -> Iterator[tuple[Task, SandboxResult]]:
         from distributed import as_completed

@@ -19,6 +19,7 @@ other file of a student's folder is copied into ``autograded/`` (nor, from there
 
 from __future__ import annotations
 
+import copy
 import os
 import shutil
 from dataclasses import dataclass
@@ -27,7 +28,9 @@ from pathlib import Path
 from nbgrader.preprocessors import NbGraderPreprocessor
 
 from mlbook.course import Course
-from mlbook.nbgrader_env import api_for, api_with, failure_reason
+from traitlets.config import Config
+
+from mlbook.nbgrader_env import api_with, failure_reason, load_config
 from mlbook.judge.plan import LabPlan
 from mlbook.sandbox.notebook import SandboxResult
 from mlbook.judge import verdicts
@@ -67,12 +70,14 @@ class Recorder:
 
     Args:
         course: the course whose gradebook and ``autograded/`` folder receive the results.
+        config: the course's nbgrader config (``load_config``), when the caller has it already.
     """
 
-    def __init__(self, course: Course):
+    def __init__(self, course: Course, config: Config | None = None):
         self.course = course
         self._pending: _Pending | None = None
-        self.api = _recording_api(course, type("SandboxedExecute", (SandboxedExecute,), {"recorder": self}))
+        self.api = _recording_api(config if config is not None else load_config(course),
+                                  type("SandboxedExecute", (SandboxedExecute,), {"recorder": self}))
 
     def record(self, lab: str, student: str, key: str, result: SandboxResult, plan: LabPlan) -> str | None:
         """Record one result; returns None on success, else the reason it failed.
@@ -109,23 +114,23 @@ class Recorder:
         return pending.result, pending.plan
 
 
-def _recording_api(course: Course, execute: type[SandboxedExecute]):
-    """An nbgrader API whose autograder reads the private intake copies, runs ``execute`` in
-    place of a kernel and writes into the staging folder."""
+def _recording_api(course_config: Config, execute: type[SandboxedExecute]):
+    """An nbgrader API (on a copy of ``course_config``) whose autograder reads the private intake
+    copies, runs ``execute`` in place of a kernel and writes into the staging folder."""
     from nbconvert.preprocessors import ClearMetadataPreprocessor
     from nbgrader.preprocessors import AssignLatePenalties, CheckCellMetadata, IgnorePattern, LimitOutput, SaveAutoGrades
 
-    api = api_for(course)
-    config = api.config
+    from nbgrader.coursedir import CourseDirectory
+
+    config = copy.deepcopy(course_config)
+    ignored = CourseDirectory(config=config).ignore
     config.CourseDirectory.autograded_directory = STAGING
     config.CourseDirectory.submitted_directory = INTAKE
     # nbgrader reads timestamp.txt for late penalties; it is not a file of the graded notebook
-    config.CourseDirectory.ignore = [*api.coursedir.ignore, TIMESTAMP]
+    config.CourseDirectory.ignore = [*ignored, TIMESTAMP]
     config.Autograde.autograde_preprocessors = [execute, IgnorePattern, ClearMetadataPreprocessor,
                                                 LimitOutput, SaveAutoGrades, AssignLatePenalties, CheckCellMetadata]
-    recorded = api_with(config)
-    recorded.log = api.log
-    return recorded
+    return api_with(config)
 
 
 def _reason(outcome: dict) -> str:
