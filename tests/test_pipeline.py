@@ -7,9 +7,13 @@ cost one notebook each and also prove that a broken submission disturbs nobody e
 from __future__ import annotations
 
 import csv
+import html
 import json
+import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -121,6 +125,51 @@ def test_feedback_shows_the_misconception_but_never_hidden_tests(graded):
             assert secret not in text, f"{page_path.parent.parent.name}'s feedback reveals {secret!r}"
     error_page = lab.course.feedback("corrupt", LAB).read_text()
     assert "could not be graded" in error_page
+
+
+def _output_after(page: str, gid: str) -> str:
+    """The text of the first output area after test cell ``gid``'s heading on a feedback page."""
+    rest = page.split(f'<a name="{gid}"></a>', 1)[1]
+    return html.unescape(re.sub(r"<[^>]+>", "", rest.split('class="output_subarea', 1)[1].split("</pre>", 1)[0]
+                                .split("<pre>", 1)[1]))
+
+
+@pytest.mark.slow
+def test_feedback_names_each_test_cell_and_a_failing_cells_output_leads_with_the_message(graded):
+    from mlbook.outputs.feedback import generate_feedback
+
+    lab = graded(LAB)
+    [path] = generate_feedback(lab.course, LAB, ["mutant-divide-by-dk"])
+    page = path.read_text()
+    toc = page.split('<div id="toc">', 1)[1].split("</ol>", 1)[0]
+    tests = [grade_id(c) for c in read_nb(lab.course.release(LAB)).cells if is_test(c)]
+    assert re.findall(r'data-grade-id="(test_[^"]+)"', toc) == tests and "Test cell" not in toc
+    failing = [gid for gid, c in lab.result("mutant-divide-by-dk").auto_cells.items() if not c.passed]
+    assert "test_attention" in failing
+    for gid in failing:
+        first = _output_after(page, gid).splitlines()[0]
+        assert first.startswith("Misconception: "), f"{gid}'s output does not lead with the message: {first!r}"
+    assert "d_k instead of sqrt(d_k)" in _output_after(page, "test_attention")
+
+
+@pytest.mark.slow
+def test_feedback_page_wraps_its_messages_in_chromium(graded, chromium, tmp_path):
+    from mlbook.outputs.feedback import generate_feedback
+
+    lab = graded(LAB)
+    [path] = generate_feedback(lab.course, LAB, ["mutant-divide-by-dk"])
+    page = chromium.new_page(viewport={"width": 1000, "height": 900})
+    try:
+        page.goto(path.as_uri())
+        wide = page.evaluate("""() => [...document.querySelectorAll(
+                 'div.output_area pre, div.output_subarea, #toc .toc-message')]
+               .filter(e => e.scrollWidth > e.clientWidth).map(e => e.className + ': ' + e.scrollWidth)""")
+        assert wide == [], f"text runs off the side of the feedback page: {wide}"
+        folder = Path(os.environ.get("MLBOOK_SCREENSHOTS", tmp_path))
+        folder.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(folder / "feedback-page.png"))
+    finally:
+        page.close()
 
 
 @pytest.mark.slow
