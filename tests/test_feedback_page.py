@@ -64,12 +64,12 @@ def test_the_contents_name_every_graded_cell_and_quote_the_failing_message():
 
 
 def overflowing(chromium, html: str) -> list[str]:
-    """Elements of the page's output areas and contents wider than their own box, at 1000 px."""
+    """Text outputs and contents entries of the page wider than their own box, at 1000 px (a figure may be)."""
     page = chromium.new_page(viewport={"width": 1000, "height": 800})
     try:
         page.set_content(html, wait_until="load")
         return page.evaluate("""() => [...document.querySelectorAll(
-                 'div.output_area pre, div.output_subarea, #toc .toc-message')]
+                 'div.output_text pre, div.output_text, #toc .toc-message')]
                .filter(e => e.scrollWidth > e.clientWidth)
                .map(e => `${e.tagName}.${e.className}: ${e.scrollWidth} > ${e.clientWidth}`)""")
     finally:

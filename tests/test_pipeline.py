@@ -128,10 +128,11 @@ def test_feedback_shows_the_misconception_but_never_hidden_tests(graded):
 
 
 def _output_after(page: str, gid: str) -> str:
-    """The text of the first output area after test cell ``gid``'s heading on a feedback page."""
-    rest = page.split(f'<a name="{gid}"></a>', 1)[1]
-    return html.unescape(re.sub(r"<[^>]+>", "", rest.split('class="output_subarea', 1)[1].split("</pre>", 1)[0]
-                                .split("<pre>", 1)[1]))
+    """The text of the first error output after test cell ``gid``'s heading on a feedback page, as shown
+    (HTML drops the newline that follows ``<pre>``)."""
+    rest = page.split(f'<a name="{gid}"></a>', 1)[1].split("output_error", 1)[1]
+    text = rest.split("<pre>", 1)[1].split("</pre>", 1)[0]
+    return html.unescape(re.sub(r"<[^>]+>", "", text.removeprefix("\n")))
 
 
 @pytest.mark.slow
@@ -162,7 +163,7 @@ def test_feedback_page_wraps_its_messages_in_chromium(graded, chromium, tmp_path
     try:
         page.goto(path.as_uri())
         wide = page.evaluate("""() => [...document.querySelectorAll(
-                 'div.output_area pre, div.output_subarea, #toc .toc-message')]
+                 'div.output_text pre, div.output_text, #toc .toc-message')]
                .filter(e => e.scrollWidth > e.clientWidth).map(e => e.className + ': ' + e.scrollWidth)""")
         assert wide == [], f"text runs off the side of the feedback page: {wide}"
         folder = Path(os.environ.get("MLBOOK_SCREENSHOTS", tmp_path))
