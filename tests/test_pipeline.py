@@ -144,13 +144,18 @@ def test_feedback_names_each_test_cell_and_a_failing_cells_output_leads_with_the
     page = path.read_text()
     toc = page.split('<div id="toc">', 1)[1].split("</ol>", 1)[0]
     tests = [grade_id(c) for c in read_nb(lab.course.release(LAB)).cells if is_test(c)]
-    assert re.findall(r'data-grade-id="(test_[^"]+)"', toc) == tests and "Test cell" not in toc
-    failing = [gid for gid, c in lab.result("mutant-divide-by-dk").auto_cells.items() if not c.passed]
-    assert "test_attention" in failing
-    for gid in failing:
-        first = _output_after(page, gid).splitlines()[0]
-        assert first.startswith("Misconception: "), f"{gid}'s output does not lead with the message: {first!r}"
-    assert "d_k instead of sqrt(d_k)" in _output_after(page, "test_attention")
+    assert re.findall(r'data-grade-id="(test_[^"]+)"', toc) == tests and "Test cell" not in toc, \
+        "the feedback page's contents do not name each test cell by its grade_id"
+    failing = {gid: c.message for gid, c in lab.result("mutant-divide-by-dk").auto_cells.items() if not c.passed}
+    assert {"test_attention", "test_attention_hidden"} <= set(failing), failing
+    for gid, message in failing.items():
+        assert message.startswith("Misconception: "), f"{gid} failed without a misconception: {message!r}"
+        output = _output_after(page, gid)
+        shown = output.split("\n\n", 1)[0]  # the message: the output up to its first blank line
+        assert "".join(shown.split()) == "".join(message.split()), \
+            f"{gid}'s output does not lead with its whole message {message!r}: {output[:600]!r}"
+        assert message in html.unescape(toc), f"the contents do not quote {gid}'s message"
+    assert "d_k instead of sqrt(d_k)" in _output_after(page, "test_attention_hidden")
 
 
 @pytest.mark.slow
@@ -162,6 +167,8 @@ def test_feedback_page_wraps_its_messages_in_chromium(graded, chromium, tmp_path
     page = chromium.new_page(viewport={"width": 1000, "height": 900})
     try:
         page.goto(path.as_uri())
+        messages = page.locator("div.output_error pre").count()
+        assert messages >= 2, f"the mutant's page shows {messages} error outputs: nothing long to measure"
         wide = page.evaluate("""() => [...document.querySelectorAll(
                  'div.output_text pre, div.output_text, #toc .toc-message')]
                .filter(e => e.scrollWidth > e.clientWidth).map(e => e.className + ': ' + e.scrollWidth)""")
