@@ -141,7 +141,7 @@ class Validation:
 
 # Whether an error <pre>'s text up to its first blank line (the message) ends left of the box's right edge.
 _MESSAGE_FITS_JS = """pre => {
-  const end = pre.textContent.indexOf("\n\n");
+  const end = pre.textContent.indexOf("\\n\\n");
   const walker = document.createTreeWalker(pre, NodeFilter.SHOW_TEXT);
   const range = document.createRange();
   range.setStart(pre, 0);
