@@ -5,6 +5,7 @@ Every setting here answers a measured nbgrader 0.9.6 behaviour (see README, "Gra
 
 from mlbook.calendar.late import SchedulePenalty
 from mlbook.outputs import inert_html
+from mlbook.outputs.feedback_page import FeedbackExporter
 from mlbook.outputs.preprocessors import WARNING_STDERR_PATTERN, RedactTestTracebacks
 from nbgrader.preprocessors import ClearHiddenTests, GetGrades
 from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
@@ -38,6 +39,9 @@ c.IgnorePattern.pattern = WARNING_STDERR_PATTERN
 # Feedback: no hidden test text (ClearHiddenTests) and no traceback quoting it
 # (RedactTestTracebacks keeps only the misconception message).
 c.GenerateFeedback.preprocessors = [GetGrades, ClearHiddenTests, RedactTestTracebacks, CSSHTMLHeaderPreprocessor]
+# nbgrader's feedback page, with each contents entry named by its grade_id (a failing test's with its
+# message) and output text that wraps (mlbook/outputs/feedback_page.py).
+c.GenerateFeedback.exporter_class = FeedbackExporter
 
 # The formgrader's grading pages and the feedback pages show a student's notebook as HTML: none
 # of the student's HTML runs there (nbgrader's templates render markdown cells unsanitized).

@@ -11,6 +11,8 @@ Conventions (stated once, relied on everywhere):
   or object array, a ragged list, an object), that has NaN or inf where numbers are expected, or
   whose comparison cannot be made, fails with a message saying what came back. Comparisons are
   written ``not (error <= tolerance)``, which is True for NaN, never ``error > tolerance``.
+- Under a notebook cell a failure reads message first, then the cell's line; the helpers' own
+  frames are left out (``mlbook_helpers.tracebacks``).
 
 This module holds no lab solutions: it compares, it does not compute attention.
 """
@@ -41,6 +43,12 @@ __all__ = [
 
 class Misconception(AssertionError):
     """A failed check, carrying a message a student can act on."""
+
+    def _render_traceback_(self) -> list[str]:
+        """How IPython shows it under a cell: the message first (``mlbook_helpers.tracebacks``)."""
+        from .tracebacks import message_first
+
+        return message_first(self)
 
 
 _REAL = "biuf"  # dtype kinds of real numbers and booleans

@@ -1,11 +1,12 @@
 """None of a student's HTML runs in the pages made from their notebook (``mlbook.outputs.inert_html``).
 
 The pages are rendered as the formgrader and nbgrader's feedback render them: nbconvert's
-``HTMLExporter`` with nbgrader's ``formgrade`` or ``feedback`` template, under the course's own
-``nbgrader_config.py`` (and, for the hub, under the staff profile's nbgrader config). The
+``HTMLExporter`` with nbgrader's ``formgrade`` or ``feedback`` template, and the course's own feedback
+page (``mlbook_feedback``: ``FeedbackExporter``, which also quotes a failing test's message in its
+contents), under the course's own ``nbgrader_config.py`` (and, for the hub, under the staff profile's nbgrader config). The
 notebook is a hostile submission: scripts, event attributes, ``javascript:`` links, frames,
 styles and forms in a written answer, in a raw cell, in every kind of output its code can
-print, and in the notebook's widget state. Each payload would set ``PWNED``; the page must hold
+print, in a failing test cell's error message, and in the notebook's widget state. Each payload would set ``PWNED``; the page must hold
 that word only as text. What a TA needs to grade stays: the answer's words, its formatting, its
 math, its images, and the payload itself, escaped, as evidence.
 """
@@ -24,8 +25,9 @@ from traitlets.config.loader import PyFileConfigLoader
 
 import nbgrader.server_extensions.formgrader.handlers as formgrader_pages
 from harness import REPO
+from mlbook.outputs.feedback_page import FeedbackExporter
 
-TEMPLATES = ("formgrade", "feedback")
+TEMPLATES = ("formgrade", "feedback", "mlbook_feedback")
 PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGNgYGD4DwABBAEAwS2OUAAAAABJRU5ErkJggg=="
 
 ANSWER = """My answer: the scale keeps the **spread** of the scores near 1, so $a < b$ and $x_i^2$ stay readable.
@@ -78,7 +80,13 @@ def hostile_notebook(harmless: bool = False) -> nbformat.NotebookNode:
             "text/plain": "widget"}),
         nbformat.v4.new_output("display_data", data={"image/png": PNG, "text/plain": "<Figure>"}),
     ]
-    nb.cells = [answer, raw, code]
+    message = "rows sum to 2" if harmless else "</pre><script>window.PWNED = 'test message'</script>"
+    test = nbformat.v4.new_code_cell("check()", metadata={"nbgrader": {
+        "grade": True, "solution": False, "locked": True, "points": 1, "score": 0, "grade_id": "test_code",
+        "schema_version": 3}})
+    test.outputs = [nbformat.v4.new_output("error", ename="Misconception", evalue=message,
+                                           traceback=[f"Misconception: {message}"])]
+    nb.cells = [answer, raw, code, test]
     if harmless:
         code.outputs = []
         return nb
@@ -136,14 +144,15 @@ def _lines_config(lines: str) -> Config:
 def render(nb: nbformat.NotebookNode, template: str, config: Config) -> str:
     """The page nbgrader renders with ``template`` (the formgrader's grading page, or feedback)."""
     config = Config(config)
-    config.HTMLExporter.template_name = template
+    exporter = FeedbackExporter if template == "mlbook_feedback" else HTMLExporter
+    config.HTMLExporter.template_name = "feedback" if template == "mlbook_feedback" else template  # as nbgrader's API
     config.HTMLExporter.extra_template_basedirs = [formgrader_pages.template_path]
     config.HTMLExporter.extra_template_paths = [os.path.join(formgrader_pages.static_path, "node_modules", "bootstrap",
                                                              "dist", "css")]  # the feedback page inlines it, as nbgrader does
     resources = {"assignment_id": "lab", "notebook_id": "lab", "submission_id": "1", "index": 0, "total": 1,
                  "base_url": "/", "student": "mallory", "last_name": "", "first_name": "", "notebook_path": "lab.ipynb",
                  "nbgrader": {"notebook": "lab", "score": 1, "max_score": 2, "late_penalty": 0}}  # what GetGrades adds
-    html, _ = HTMLExporter(config=config).from_notebook_node(nb, resources=resources)
+    html, _ = exporter(config=config).from_notebook_node(nb, resources=resources)
     return html
 
 

@@ -7,9 +7,13 @@ cost one notebook each and also prove that a broken submission disturbs nobody e
 from __future__ import annotations
 
 import csv
+import html
 import json
+import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -121,6 +125,59 @@ def test_feedback_shows_the_misconception_but_never_hidden_tests(graded):
             assert secret not in text, f"{page_path.parent.parent.name}'s feedback reveals {secret!r}"
     error_page = lab.course.feedback("corrupt", LAB).read_text()
     assert "could not be graded" in error_page
+
+
+def _output_after(page: str, gid: str) -> str:
+    """The text of the first error output after test cell ``gid``'s heading on a feedback page, as shown
+    (HTML drops the newline that follows ``<pre>``)."""
+    rest = page.split(f'<a name="{gid}"></a>', 1)[1].split("output_error", 1)[1]
+    text = rest.split("<pre>", 1)[1].split("</pre>", 1)[0]
+    return html.unescape(re.sub(r"<[^>]+>", "", text.removeprefix("\n")))
+
+
+@pytest.mark.slow
+def test_feedback_names_each_test_cell_and_a_failing_cells_output_leads_with_the_message(graded):
+    from mlbook.outputs.feedback import generate_feedback
+
+    lab = graded(LAB)
+    [path] = generate_feedback(lab.course, LAB, ["mutant-divide-by-dk"])
+    page = path.read_text()
+    toc = page.split('<div id="toc">', 1)[1].split("</ol>", 1)[0]
+    tests = [grade_id(c) for c in read_nb(lab.course.release(LAB)).cells if is_test(c)]
+    assert re.findall(r'data-grade-id="(test_[^"]+)"', toc) == tests and "Test cell" not in toc, \
+        "the feedback page's contents do not name each test cell by its grade_id"
+    failing = {gid: c.message for gid, c in lab.result("mutant-divide-by-dk").auto_cells.items() if not c.passed}
+    assert {"test_attention", "test_attention_hidden"} <= set(failing), failing
+    for gid, message in failing.items():
+        assert message.startswith("Misconception: "), f"{gid} failed without a misconception: {message!r}"
+        output = _output_after(page, gid)
+        shown = output.split("\n\n", 1)[0]  # the message: the output up to its first blank line
+        assert "".join(shown.split()) == "".join(message.split()), \
+            f"{gid}'s output does not lead with its whole message {message!r}: {output[:600]!r}"
+        assert message in html.unescape(toc), f"the contents do not quote {gid}'s message"
+    assert "d_k instead of sqrt(d_k)" in _output_after(page, "test_attention_hidden")
+
+
+@pytest.mark.slow
+def test_feedback_page_wraps_its_messages_in_chromium(graded, chromium, tmp_path):
+    from mlbook.outputs.feedback import generate_feedback
+
+    lab = graded(LAB)
+    [path] = generate_feedback(lab.course, LAB, ["mutant-divide-by-dk"])
+    page = chromium.new_page(viewport={"width": 1000, "height": 900})
+    try:
+        page.goto(path.as_uri())
+        messages = page.locator("div.output_error pre").count()
+        assert messages >= 2, f"the mutant's page shows {messages} error outputs: nothing long to measure"
+        wide = page.evaluate("""() => [...document.querySelectorAll(
+                 'div.output_text pre, div.output_text, #toc .toc-message')]
+               .filter(e => e.scrollWidth > e.clientWidth).map(e => e.className + ': ' + e.scrollWidth)""")
+        assert wide == [], f"text runs off the side of the feedback page: {wide}"
+        folder = Path(os.environ.get("MLBOOK_SCREENSHOTS", tmp_path))
+        folder.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(folder / "feedback-page.png"))
+    finally:
+        page.close()
 
 
 @pytest.mark.slow

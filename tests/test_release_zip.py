@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -108,24 +109,67 @@ print("\\n".join(m.__file__ for n, m in sorted(sys.modules.items()) if n.startsw
     assert files and all(Path(f).is_relative_to(folder) for f in files), files
 
 
+def setup_commands(readme: str) -> list[str]:
+    """The README's "Set up once" commands, as written (the Windows note dropped)."""
+    block = readme.split("Set up once", 1)[1].split("\n\n", 1)[0].splitlines()[1:]
+    return [re.sub(r"\s{2,}\(Windows:.*\)$", "", line.strip()) for line in block]
+
+
+def student_environment(home: Path, venv: Path | None = None) -> dict[str, str]:
+    """What a student's shell has: a PATH with python3.11 (and the activated venv), a home of its own,
+    the machine's pip configuration and pip's cache; nothing of this project's environment."""
+    python = shutil.which("python3.11")
+    assert python, "python3.11 is not on the PATH (the README tells students to use it)"
+    real = subprocess.run([python, "-c", "import sys; print(sys._base_executable)"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    path = [str(venv / "bin")] if venv else []
+    env = {"PATH": os.pathsep.join([*path, str(Path(real).parent), "/usr/bin", "/bin"]), "HOME": str(home),
+           "LANG": "C.UTF-8", "PIP_CACHE_DIR": subprocess.run([sys.executable, "-m", "pip", "cache", "dir"],
+                                                             capture_output=True, text=True).stdout.strip()}
+    env |= {k: v for k, v in os.environ.items() if k.startswith("PIP_") and k != "PIP_CACHE_DIR"}
+    if venv:
+        env["VIRTUAL_ENV"] = str(venv)
+    return {k: v for k, v in env.items() if v}
+
+
 @pytest.mark.slow
-def test_a_student_with_only_the_zip_can_validate_as_its_readme_says(tmp_path):
+def test_a_student_with_only_the_zip_can_validate_in_a_fresh_virtual_environment(tmp_path):
+    """The zip unpacked, a new virtual environment (no system site-packages), the README's pip line, then
+    its validate command on the untouched release: it runs the notebook and names the missing answers."""
     with zipfile.ZipFile(write_release_zip(REPO, LAB, tmp_path / "lab.zip")) as archive:
         archive.extractall(tmp_path)
-    folder = tmp_path / LAB
+    folder, home = tmp_path / LAB, tmp_path / "home"
+    home.mkdir()
     readme = (folder / "README.txt").read_text()
-    pip = next(line for line in readme.splitlines() if "pip install" in line)
+    commands = setup_commands(readme)
+    assert commands[:2] == ["python3.11 -m venv .venv", ". .venv/bin/activate"], commands
+    pip = next(shlex.split(c) for c in commands if c.startswith("pip install"))
     grader_extra = tomllib.loads((REPO.root / "pyproject.toml").read_text())["project"]["optional-dependencies"]["grader"]
     nbgrader_pin = next(spec for spec in grader_extra if spec.startswith("nbgrader"))
-    assert f'"{nbgrader_pin}"' in pip, f"README.txt does not install what validates: {pip}"
-    command = next(line.split() for line in readme.splitlines() if line.strip().startswith("nbgrader validate"))
-    assert command == ["nbgrader", "validate", f"{LAB}.ipynb"]
-    # The command as the README gives it, in the unpacked folder, with the grader package out of reach.
-    env = {**os.environ, "PYTHONNOUSERSITE": "1"}
-    done = subprocess.run([str(Path(sys.executable).parent / "nbgrader"), *command[1:]], capture_output=True,
-                          text=True, cwd=folder, timeout=300, env=env)
-    assert "The following cell failed" in done.stdout and "NotImplementedError" in done.stdout, \
-        done.stdout[-2000:] + done.stderr[-2000:]
+    assert nbgrader_pin in pip, f"README.txt does not install what validates: {pip}"
+    validate = next(line.split() for line in readme.splitlines() if line.strip().startswith("nbgrader validate"))
+    assert validate == ["nbgrader", "validate", f"{LAB}.ipynb"]
+    venv = folder / ".venv"
+    try:
+        made = subprocess.run(shlex.split(commands[0]), cwd=folder, env=student_environment(home),
+                              capture_output=True, text=True, timeout=300)
+        assert made.returncode == 0, made.stderr[-2000:]
+        assert "include-system-site-packages = false" in (venv / "pyvenv.cfg").read_text()
+        student = student_environment(home, venv)  # as after `. .venv/bin/activate`
+        # The README's pip line verbatim; pip reads PIP_NO_COMPILE as --no-compile: no byte-compiling of the
+        # installed files (torch's among them), which a venv used once and then deleted does not need.
+        installed = subprocess.run(pip, cwd=folder, env={**student, "PIP_NO_COMPILE": "1"}, capture_output=True,
+                                   text=True, timeout=1500)
+        assert installed.returncode == 0, installed.stdout[-2000:] + installed.stderr[-3000:]
+        torch = subprocess.run(["python", "-c", "import torch, sys; print(torch.__version__, sys.prefix)"],
+                               cwd=folder, env=student, capture_output=True, text=True, timeout=300)
+        assert torch.stdout.startswith("2.13.0") and torch.stdout.split()[1] == str(venv), torch.stdout + torch.stderr
+        done = subprocess.run(validate, cwd=folder, env=student, capture_output=True, text=True, timeout=600)
+        out = done.stdout + done.stderr
+        assert "The following cell failed" in done.stdout and "NotImplementedError" in done.stdout, out[-3000:]
+        assert "ModuleNotFoundError" not in out and "No module named" not in out, out[-3000:]
+    finally:
+        shutil.rmtree(venv, ignore_errors=True)  # 1.5 GB
     assert "hidden tests" in readme.lower() and "graded" in readme
 
 

@@ -129,11 +129,31 @@ class Validation:
         success: the dialog reported "Success! Your notebook passes all the tests."
         text: the dialog's whole text.
         failures: (cell source, error text) of each cell the dialog lists as failed.
+        message_fits: the first failure's message (its error text up to the first blank line)
+            lies inside the dialog, no line running past its right edge; None without failures.
     """
 
     success: bool
     text: str
     failures: list[tuple[str, str]]
+    message_fits: bool | None = None
+
+
+# Whether an error <pre>'s text up to its first blank line (the message) ends left of the box's right edge.
+_MESSAGE_FITS_JS = """pre => {
+  const end = pre.textContent.indexOf("\\n\\n");
+  const walker = document.createTreeWalker(pre, NodeFilter.SHOW_TEXT);
+  const range = document.createRange();
+  range.setStart(pre, 0);
+  let seen = 0, node;
+  while ((node = walker.nextNode())) {
+    if (end >= 0 && seen + node.length >= end) { range.setEnd(node, end - seen); break; }
+    seen += node.length;
+    range.setEndAfter(node);
+  }
+  const right = pre.getBoundingClientRect().right;
+  return [...range.getClientRects()].every(r => r.right <= right + 1);
+}"""
 
 
 class Shots:
@@ -285,14 +305,16 @@ class NotebookPage:
         text = message.inner_text()
         blocks = message.locator(":scope > .jp-RenderedText pre").all_inner_texts()  # source, error, ...
         failures = list(zip(blocks[0::2], blocks[1::2])) if not success else []
+        fits = None
+        if failures:  # the first failure's error, which opens with its message
+            error = message.locator(":scope > .jp-RenderedText pre").nth(1)
+            error.evaluate("e => e.scrollIntoView({block: 'start'})")
+            fits = bool(error.evaluate(_MESSAGE_FITS_JS))
         if shots is not None:
-            if failures:  # show the first failure's message, at the end of its traceback
-                message.locator(":scope > .jp-RenderedText pre").nth(1).evaluate(
-                    "e => e.scrollIntoView({block: 'end'})")
             shots.take(self.page, step)
         self.page.locator(".jp-Dialog .jp-mod-accept").click()
         message.wait_for(state="detached")
-        return Validation(success, text, failures)
+        return Validation(success, text, failures, fits)
 
 
 def load_lab(page: Page, url: str) -> None:

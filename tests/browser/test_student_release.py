@@ -7,7 +7,8 @@
    matched by nbgrader grade_id), Run All: every cell runs, every heat map appears, and
    nbgrader's Validate button reports success.
 3. A misconception mutant from the lab's catalogue pasted over the reference answers:
-   Validate names the failing visible test and the misconception. The dialog's path is the
+   Validate names the failing visible test and the misconception; each failure's error opens with
+   its message, which fits the dialog's width (``mlbook_helpers.tracebacks``). The dialog's path is the
    same for every lab and ``tests/test_lab_grading.py`` already proves every mutant's message
    through nbgrader, so the browser shows it for ``MUTANT_LABS`` only (each lab costs one
    more run of its notebook; the suite's time budget is a few minutes).
@@ -192,3 +193,6 @@ def test_validate_names_the_failing_test_and_misconception_of_a_pasted_mutant(la
                                    f"{mutant.name!r}; it listed:\n{validation.text[:3000]}")
         assert mutant.matches(error), (f"{lab}: {test.grade_id}'s message does not name the misconception "
                                        f"({mutant.message!r}): {error[-600:]}")
+        assert error.splitlines()[0].startswith("Misconception: "), \
+            f"{lab}: {test.grade_id}'s error does not open with its message: {error[:600]}"
+    assert validation.message_fits, f"{lab}: the first failure's message runs past the Validate dialog's edge"
