@@ -48,7 +48,6 @@ import numpy as np
 from mlbook_helpers.checks import (
     expect,
     expect_close,
-    expect_in_convex_hull,
     expect_rows_sum_to_one,
     expect_shape,
     expect_zero_where_masked,
@@ -236,7 +235,8 @@ Q_ex = np.array([[1.0, 0.0], [0.0, 2.0], [2.0, 1.0]])  # (T, d_k)
 K_ex = np.array([[1.0, 1.0], [0.0, 1.0], [2.0, 0.0]])  # (T, d_k)
 V_ex = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])  # (T, d_v)
 out, weights = attention(Q, K, V)  # the ticket, drawn below
-expect_rows_sum_to_one(weights, "weights of the ticket", "Normalise each query's row over the keys.")
+expect_rows_sum_to_one(weights, "weights of the ticket", "Normalise each query's row over the keys (attention calls your "
+                       "softmax_rows: if softmax_rows fails its own test, fix it first).")
 out_ex, weights_ex = attention(Q_ex, K_ex, V_ex)
 expect_close(weights_ex, [[0.284, 0.140, 0.576], [0.446, 0.446, 0.108], [0.306, 0.074, 0.620]],
              "weights of the example", hint="Scores are divided by sqrt(d_k) = 1.414, not by d_k = 2.")
@@ -300,10 +300,12 @@ def attention_shapes(T_q, T_k, d_model, d_k, d_v):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_attention_shapes", "points": 1}
+# The ticket: T = 3 tokens, d_model = 3, d_k = d_v = 2 (the shapes printed in sections 1-4).
 shapes = attention_shapes(3, 3, 3, 2, 2)
-for name, arr in {"Q": Q, "K": K, "V": V, "weights": weights, "out": out}.items():
-    expect(tuple(shapes.get(name, ())) == arr.shape, f"attention_shapes(...)['{name}']",
-           f"says {shapes.get(name)}, but the ticket's {name} is {arr.shape}")
+ticket_shapes = {"Q": (3, 2), "K": (3, 2), "V": (3, 2), "weights": (3, 3), "out": (3, 2)}
+for name, shape in ticket_shapes.items():
+    expect(tuple(shapes.get(name, ())) == shape, f"attention_shapes(...)['{name}']",
+           f"says {shapes.get(name)}, but the ticket's {name} is {shape}")
 
 # %% nbgrader={"grade": true, "grade_id": "test_attention_shapes_hidden", "points": 1}
 # Hidden tests: other sizes, T_q != T_k and d_k != d_v.
@@ -444,7 +446,8 @@ chapter_output_row0, chapter_weights_row0 = row_attention(chapter_Q[0], chapter_
 
 # %% nbgrader={"grade": true, "grade_id": "test_worked_examples", "points": 1}
 expect_close(np.ravel(bank_weights), [0.212, 0.576, 0.212], "transfer's weights",
-             hint="Raw scores are (1, 3, 1); scaled by 1/sqrt(4) they are (0.5, 1.5, 0.5).")
+             hint="Raw scores are (1, 3, 1); scaled by 1/sqrt(4) they are (0.5, 1.5, 0.5) (row_attention calls your "
+                  "softmax_rows: if softmax_rows fails its own test, fix it first).")
 expect_close(np.ravel(bank_output), [0.424, 0.788], "transfer's output", hint="Mix the value rows with those weights.")
 expect_close(np.ravel(bank_weights_unscaled), [0.107, 0.787, 0.107], "transfer's unscaled weights",
              hint="Without the scale the row is softmax(1, 3, 1): sharper from the same vectors.")
@@ -497,15 +500,18 @@ def outputs_in_value_range(out, V, atol=1e-6):
 
 # %% nbgrader={"grade": true, "grade_id": "test_property_checks", "points": 1}
 # A verdict is a truth value: Python's True / False, or NumPy's np.True_ / np.False_ (hence == rather than `is`).
-verdict = rows_are_distributions(weights)
-expect(verdict == True, "rows_are_distributions(ticket weights)", f"returned {verdict!r} on valid weights")
-verdict = rows_are_distributions(weights * 0.9)
+# Valid weights and outputs written out here (the ticket's, rounded), so this cell judges the two checks alone.
+valid_w = np.array([[0.4, 0.4, 0.2], [0.25, 0.5, 0.25], [0.0, 1.0, 0.0]])  # (T_q, T_k): rows sum to 1
+V_chk = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])  # (T_k, d_v)
+out_chk = valid_w @ V_chk  # (T_q, d_v): real attention outputs
+verdict = rows_are_distributions(valid_w)
+expect(verdict == True, "rows_are_distributions(valid weights)", f"returned {verdict!r} on valid weights")
+verdict = rows_are_distributions(valid_w * 0.9)
 expect(verdict == False, "rows_are_distributions(weights * 0.9)", f"returned {verdict!r} although rows sum to 0.9")
-verdict = outputs_in_value_range(out, V)
-expect(verdict == True, "outputs_in_value_range(ticket)", f"returned {verdict!r} on real outputs")
-verdict = outputs_in_value_range(out + 5.0, V)
+verdict = outputs_in_value_range(out_chk, V_chk)
+expect(verdict == True, "outputs_in_value_range(valid outputs)", f"returned {verdict!r} on real outputs")
+verdict = outputs_in_value_range(out_chk + 5.0, V_chk)
 expect(verdict == False, "outputs_in_value_range(out + 5)", f"returned {verdict!r} for outputs above every value")
-expect_in_convex_hull(out, V, "your ticket outputs")
 
 # %% nbgrader={"grade": true, "grade_id": "test_property_checks_hidden", "points": 2}
 # Hidden tests: fresh valid and invalid weights and outputs, including subtle violations.

@@ -286,7 +286,8 @@ def effective_keys(weights):
 
 # %% nbgrader={"grade": true, "grade_id": "test_effective_keys", "points": 1}
 KEYS_HINT = ("e^3 = 20.1 for a uniform row over 8 keys would be exp of an entropy in bits; "
-             "2^2.079 = 4.23 would be 2 to the power of an entropy in nats. The base of the power must match the unit.")
+             "2^2.079 = 4.23 would be 2 to the power of an entropy in nats. The base of the power must match the unit "
+             "(effective_keys calls your row_entropy: if row_entropy fails its own test, fix it first).")
 expect_close(effective_keys(uniform8), [8.0], "effective keys of a uniform row over 8 keys", hint=KEYS_HINT)
 expect_close(effective_keys(np.array([[0.0, 1.0, 0.0], [0.5, 0.5, 0.0]])), [1.0, 2.0],
              "effective keys of a one-hot row and of an even two-way split", hint=KEYS_HINT)
@@ -339,10 +340,12 @@ def mean_effective_keys(d_k, rng, scaled=True, n_draws=40, n_tokens=8, n_keys=No
 scaled16 = mean_effective_keys(16, np.random.default_rng(0), scaled=True)
 expect_close(scaled16, 5.76, "mean_effective_keys(16, rng, scaled=True)", atol=0.34,
              hint="Close to 8 (uniform) would mean the scores were divided by d_k instead of sqrt(d_k); "
-                  "close to 2 means the scale was not applied.")
+                  "close to 2 means the scale was not applied (this calls your attention_scores and effective_keys: "
+                  "if either fails its own test, fix it first).")
 raw256 = mean_effective_keys(256, np.random.default_rng(1), scaled=False)
 expect_close(raw256, 1.21, "mean_effective_keys(256, rng, scaled=False)", atol=0.11,
-             hint="Unscaled rows at d_k = 256 are nearly one-hot; a value near 5.8 means scaled=False was ignored.")
+             hint="Unscaled rows at d_k = 256 are nearly one-hot; a value near 5.8 means scaled=False was ignored "
+                  "(if attention_scores or effective_keys fails its own test, fix it first).")
 
 # %% nbgrader={"grade": true, "grade_id": "test_mean_effective_keys_hidden", "points": 3}
 # Hidden tests: fresh seeds, other d_k, other numbers of queries and of keys (n_keys != n_tokens), scaled

@@ -157,7 +157,7 @@ expect_close(mc[0, 0].float(), [[1, 1, 1, 1]], "causal_mask_with_cache(1, 4)",
              hint="The one new token is the LAST position: it reads every cached key and itself.")
 expect_close(causal_mask_with_cache(2, 4)[0, 0].float(), [[1, 1, 1, 0], [1, 1, 1, 1]], "causal_mask_with_cache(2, 4)",
              hint="Query i is absolute position T_total - T_new + i (aligned with the end, not the start).")
-expect_close(causal_mask_with_cache(3, 3).float(), causal_mask(3).float(), "causal_mask_with_cache(3, 3)",
+expect_close(causal_mask_with_cache(3, 3)[0, 0].float(), [[1, 0, 0], [1, 1, 0], [1, 1, 1]], "causal_mask_with_cache(3, 3)",
              hint="Without a cache (T_new == T_total) this is the ordinary causal mask.")
 
 # %% nbgrader={"grade": true, "grade_id": "test_causal_mask_with_cache_hidden", "points": 1}
@@ -232,7 +232,10 @@ def combine_masks(*masks):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_combine_masks", "points": 1}
-both = combine_masks(causal_mask(4), None, padding_mask(is_pad_demo))
+# The masks written out here (not your causal_mask and padding_mask), so this cell judges combine_masks alone.
+causal4 = torch.ones(4, 4, dtype=torch.bool).tril()[None, None]  # (1, 1, 4, 4): True where key j <= query i
+padding_demo = ~is_pad_demo[:, None, None, :]  # (2, 1, 1, 4): True at the real keys
+both = combine_masks(causal4, None, padding_demo)
 expect_shape(both, (2, 1, 4, 4), "combine_masks(causal (1,1,4,4), None, padding (2,1,1,4))",
              "Broadcasting the AND of (1, 1, T, T) and (B, 1, 1, T) gives (B, 1, T, T).")
 expect_close(both[1, 0].float(), [[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 0, 0], [1, 1, 0, 0]],
@@ -374,12 +377,13 @@ expect_close(out_plain[0, 0], [[1.0, 1.0], [0.797, 1.203], [0.745, 1.255]], "the
              hint="out = attn @ v.")
 gen = torch.Generator().manual_seed(3)
 q_t, k_t, v_t = (torch.randn(2, 3, 5, 4, generator=gen) for _ in range(3))  # (B, H, T, d)
-out_t, attn_t = scaled_dot_product_attention(q_t, k_t, v_t, causal_mask(5))
+causal5 = torch.ones(5, 5, dtype=torch.bool).tril()[None, None]  # (1, 1, 5, 5): written out, not your causal_mask
+out_t, attn_t = scaled_dot_product_attention(q_t, k_t, v_t, causal5)
 expect_rows_sum_to_one(attn_t, "causal weights on random inputs",
                        "Rows must sum to 1: was the mask applied after the softmax instead of to the scores?", atol=1e-5)
 expect_close(out_t, F.scaled_dot_product_attention(q_t, k_t, v_t, is_causal=True), "causal outputs vs torch's SDPA",
              hint="Check the scale (1/sqrt(d_k)), the softmax axis and the mask polarity.", atol=1e-5)
-pad_t = padding_mask(torch.tensor([[False] * 5, [False, False, False, True, True]]))  # (2, 1, 1, 5)
+pad_t = ~torch.tensor([[False] * 5, [False, False, False, True, True]])[:, None, None, :]  # (2, 1, 1, 5): True = real key
 out_p, attn_p = scaled_dot_product_attention(q_t, k_t, v_t, pad_t)
 expect_close(out_p, F.scaled_dot_product_attention(q_t, k_t, v_t, attn_mask=pad_t), "padded outputs vs torch's SDPA",
              hint="The boolean mask is True where attention is allowed, as in torch's attn_mask.", atol=1e-5)
@@ -534,8 +538,9 @@ def mask_after_softmax(q, k, v, mask):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_mask_after_softmax", "points": 1}
-out_bad, attn_bad = mask_after_softmax(Qt, Kt, Vt, causal_mask(3))
-out_ok, _ = scaled_dot_product_attention(Qt, Kt, Vt, causal_mask(3))
+causal3 = torch.ones(3, 3, dtype=torch.bool).tril()[None, None]  # (1, 1, 3, 3): written out, not your causal_mask
+out_bad, attn_bad = mask_after_softmax(Qt, Kt, Vt, causal3)
+out_ok = F.scaled_dot_product_attention(Qt, Kt, Vt, attn_mask=causal3)  # (1, 1, 3, 2): torch's, not your attention
 shrink = attn_bad.sum(-1)  # (1, 1, 3): row sums after the bug
 expect_close(shrink[0, 0], [0.401, 0.599, 1.0], "row sums of the ticket's weights masked after the softmax",
              hint="Token 0 keeps only its own unmasked weight 0.401; the last row keeps everything.")
@@ -724,11 +729,12 @@ def to_sdpa_mask(key_padding_mask):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_mask_conversions", "points": 1}
-kpm = to_key_padding_mask(padding_mask(is_pad_demo))
+padding_demo = ~is_pad_demo[:, None, None, :]  # (2, 1, 1, 4): the SDPA mask written out, not your padding_mask
+kpm = to_key_padding_mask(padding_demo)
 expect_shape(kpm, (2, 4), "to_key_padding_mask of a (2, 1, 1, 4) mask", "key_padding_mask is (B, T_k).")
-expect_close(kpm.float(), is_pad_demo.float(), "to_key_padding_mask(padding_mask(is_pad))",
+expect_close(kpm.float(), is_pad_demo.float(), "to_key_padding_mask(the SDPA mask of is_pad)",
              hint="key_padding_mask is True at the keys to IGNORE: it is is_pad again.")
-expect_close(to_sdpa_mask(is_pad_demo).float(), padding_mask(is_pad_demo).float(), "to_sdpa_mask(is_pad)",
+expect_close(to_sdpa_mask(is_pad_demo).float(), padding_demo.float(), "to_sdpa_mask(is_pad)",
              hint="SDPA's attn_mask is True where attention is ALLOWED: invert, then add the two axes.")
 
 # %% nbgrader={"grade": true, "grade_id": "test_mask_conversions_hidden", "points": 1}
@@ -981,7 +987,8 @@ expect_shape(step_logits, (2, 8, VOCAB), "step_by_step_logits(decoder_tf, target
              "Stack the T steps along dim 1: (B, T, V).")
 expect_close(tf_logits, step_logits, "teacher_forced_logits vs step_by_step_logits", atol=1e-5,
              hint="One causal pass and T prefix passes must agree: pass the causal mask in the single pass, and keep "
-                  "the LAST position's logits at every step.")
+                  "the LAST position's logits at every step (both call your causal_mask: if causal_mask fails its own "
+                  "test, fix it first).")
 expect_close(tf_logits[:, 0], decoder_tf(torch.full((2, 1), BOS), None)[:, 0], "position 0 of the teacher-forced logits",
              atol=1e-5, hint="Position 0 reads BOS alone: shift the targets right by one, BOS first.")
 last_changed = targets_tf.clone()

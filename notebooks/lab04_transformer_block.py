@@ -615,7 +615,8 @@ for layout, P in (("interleaved", 0), ("half", 6)):
         expect_shape(step, (1, 2, 1, t + 1), f"{layout}: scores at step {t}", "One row: keys 0..t (the cache and the new key).")
         expect_close(step[:, :, 0], full[:, :, t, :t + 1], f"{layout}: scores of token {t} after a prompt of {P}",
                      atol=1e-10, hint="The new token sits at position t = number of cached keys (0-based): rotate "
-                                      "BOTH its query and its key by t before the dot products, and divide by sqrt(d_head).")
+                                      "BOTH its query and its key by t before the dot products, and divide by sqrt(d_head) "
+                                      "(this uses your apply_rope: if apply_rope fails its own test, fix it first).")
     expect_close(cache, apply_rope(k16, pos16, layout)[None], f"{layout}: the cache after 16 tokens", atol=1e-12,
                  hint="Each cached key is rotated at its own 0-based position: append the rotated key, not the raw "
                       "one, rotated by t = number of cached keys.")

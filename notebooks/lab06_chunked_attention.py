@@ -374,7 +374,8 @@ expect_shape(out, (512, 64), "out of chunked_attention(T=512, c=64)", "One outpu
 expect_shape(lse, (512,), "lse of chunked_attention(T=512, c=64)", "One log-sum-exp per query row.")
 expect_close(out, F.scaled_dot_product_attention(q, k, v), "chunked_attention(T=512, c=64) vs PyTorch's SDPA", atol=1e-5,
              hint="T is a multiple of c and nothing is masked, so only the streaming matters: start each tile at "
-                  "m = -inf, l = 0, acc = 0, use scores scaled by 1/sqrt(d_k), and divide acc by l once, after the last block.")
+                  "m = -inf, l = 0, acc = 0, use scores scaled by 1/sqrt(d_k), and divide acc by l once, after the last block "
+                  "(this calls your online_softmax_update: if online_softmax_update fails its own test, fix it first).")
 expect_close(lse, torch.logsumexp(q @ k.T / 8, dim=-1), "lse of chunked_attention(T=512, c=64)", atol=1e-4,
              hint="lse = m + log(l) for each row, from the state after its last block.")
 

@@ -36,7 +36,7 @@ from mlbook.authoring.catalogue import Alternative, Mutant, patch
 # outside it, which only the sandbox that holds the kernel's processes can.
 from mlbook.sandbox import procmem
 from mlbook.labs.kit.calls import (Handle, RemoteError, RemoteObject, WireError, ask_array, ask_boolean, ask_items,
-                                   ask_number, call_seeing_args, call_student, given, helper, lend, quiet, reraise, session,
+                                   ask_number, call_seeing_args, call_student, given, helper, lend, like, quiet, reraise, session,
                                    student_error)
 from mlbook.labs.kit.catalogue import mutants_of
 from mlbook.labs.kit.checks import compare, reproducible
@@ -50,7 +50,7 @@ __all__ = [
     "Misconception", "data_array", "describe",
     "Alternative", "Mutant", "patch", "mutants_of", "procmem",
     "Handle", "RemoteError", "RemoteObject", "WireError", "ask_array", "ask_boolean", "ask_items", "ask_number",
-    "call_student", "call_seeing_args", "given",
+    "call_student", "call_seeing_args", "given", "like",
     "helper", "lend", "quiet", "reraise", "session", "student_error",
     "compare", "reproducible",
     "fresh_rng", "random_mask", "seed", "torch_generator",

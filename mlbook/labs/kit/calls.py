@@ -18,6 +18,7 @@ check: call the student's function quietly and read its result, failing closed.
 from __future__ import annotations
 
 import contextlib
+import sys
 import warnings
 from typing import Any, Callable, Iterator, Sequence
 
@@ -33,7 +34,7 @@ from mlbook.labs.kit.messages import fail
 from mlbook.labs.kit.results import array, boolean, items, number
 
 __all__ = ["Handle", "RemoteError", "RemoteObject", "WireError", "helper", "lend", "session", "call_student",
-           "call_seeing_args", "given", "student_error", "reraise", "quiet", "ask_array", "ask_number", "ask_boolean", "ask_items",
+           "call_seeing_args", "given", "like", "student_error", "reraise", "quiet", "ask_array", "ask_number", "ask_boolean", "ask_items",
            "NOT_THE_STUDENTS"]
 
 # Exceptions that are not the student's: a verdict already reached, or the kernel went away.
@@ -121,6 +122,19 @@ def given(fn: Callable, **answers: Callable) -> Callable:
     called = helper("mlbook_helpers.checks:called_given")
     lent = {name: lend(answer) for name, answer in answers.items()}
     return lambda *args, **kwargs: called(fn, lent, *args, **kwargs)
+
+
+def like(value: np.ndarray, template: Any) -> Any:
+    """``value`` (the grader's float64 result) in the kind ``template`` came as: a torch tensor of its
+    float dtype when ``template`` is one, else a NumPy array of ``template``'s float dtype (float64
+    for anything else). What a grader's version lent by ``given`` returns, so the student's function
+    that calls it computes on in the precision and library it chose."""
+    torch = sys.modules.get("torch")  # never imported here: a tensor implies torch is loaded
+    if torch is not None and isinstance(template, torch.Tensor):
+        dtype = template.dtype if template.is_floating_point() else torch.float64
+        return torch.as_tensor(np.asarray(value), dtype=dtype)
+    kind = getattr(np.asarray(template) if not isinstance(template, np.ndarray) else template, "dtype", None)
+    return np.asarray(value, dtype=kind if kind is not None and kind.kind == "f" else np.float64)
 
 
 _SHAPE_WORDS = ("shape", "size", "dimension", "broadcast", "must match", "axis", "index", "out of range", "expand")

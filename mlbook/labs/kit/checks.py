@@ -16,7 +16,7 @@ import numpy as np
 
 from mlbook.labs.kit.inputs import seed
 from mlbook.labs.kit.messages import diagnose, fail, first_bad
-from mlbook.labs.kit.results import close
+from mlbook.labs.kit.tolerance import close
 
 __all__ = ["compare", "reproducible"]
 

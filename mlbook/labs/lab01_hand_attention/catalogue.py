@@ -50,7 +50,7 @@ MUTANTS += mutants_of("attention", ("test_attention_hidden",), [
 # 5: row_attention, the one-query attention behind the worked examples.
 MUTANTS += mutants_of("row_attention", "test_worked_examples", [
     ("row-divide-by-dk", "one query's scores divided by d_k instead of sqrt(d_k)",
-     patch("scores / np.sqrt(q.shape[-1])", "scores / q.shape[-1]"), r"sqrt"),
+     patch("scores / np.sqrt(q.shape[-1])", "scores / q.shape[-1]"), r"by 1/sqrt\(4\)|d_k instead of sqrt"),
     ("row-scale-always", "the scale applied even when scaled=False",
      patch("    if scaled:\n        scores = scores / np.sqrt(q.shape[-1])", "    scores = scores / np.sqrt(q.shape[-1])"),
      r"[Ww]ithout the scale|scaled=False"),

@@ -31,11 +31,11 @@ MUTANTS = mutants_of("row_entropy", "test_row_entropy", [
     ("entropy-in-bits", "entropy in bits reported where nats are asked: log2 whatever the base",
      (patch("np.log(np.where", "np.log2(np.where"), _NO_CHANGE_OF_BASE), r"in bits where nats were asked"),
 ], demo={"entropy-in-nats"})
-# The scores; the collapse experiment uses them, so it must fail too.
+# The scores. The collapse experiment calls them, but its hidden check lends it the grader's (one mistake, one loss).
 MUTANTS += mutants_of("attention_scores", "test_attention_scores", [
     ("scale-by-dk", "scores divided by d_k instead of sqrt(d_k)", patch("scores / math.sqrt(d_k)", "scores / d_k"),
      r"divided by d_k instead of sqrt\(d_k\)"),
-], also=("test_mean_effective_keys", "test_mean_effective_keys_hidden"), demo={"scale-by-dk"})
+], demo={"scale-by-dk"})
 
 # The spread of q . k.
 MUTANTS += mutants_of("dot_product_std", "test_dot_product_std", [

@@ -25,7 +25,8 @@ _ACC_NOT_RESCALED = patch(_ACC_NEW, "acc_new = acc + p @ v_block  # (n_q, d_v)")
 
 # Rows are (name, misconception, edit, what the failure messages must match), one mutants_of call per
 # answer cell, in the order the demo class takes its mutants. chunked_attention folds its tiles with
-# online_softmax_update, so its hidden check catches the update's mistakes too.
+# online_softmax_update; its hidden check lends it the grader's update, so the update's mistakes cost the
+# update's cells (one mistake, one loss).
 MUTANTS = mutants_of("online_softmax_update", "test_online_softmax_update", [
     ("no-rescale",
      "the running denominator and accumulator are not rescaled by exp(m_old - m_new) when the max grows",
@@ -35,7 +36,7 @@ MUTANTS = mutants_of("online_softmax_update", "test_online_softmax_update", [
     ("divide-inside-loop", "the accumulator is divided by the running denominator inside every update",
      patch(_ACC_NEW, "acc_new = (alpha[:, None] * acc + p @ v_block) / l_new[:, None]  # (n_q, d_v), normalised"),
      r"divid"),
-], also=("test_chunked_attention_hidden",), demo={"no-rescale", "rescale-denominator-only", "divide-inside-loop"})
+], demo={"no-rescale", "rescale-denominator-only", "divide-inside-loop"})
 MUTANTS += mutants_of("chunked_attention", "test_chunked_attention", [
     ("max-starts-at-zero", "the running max starts at 0 instead of -inf, so very negative scores underflow",
      patch("new_full((q_stop - q_start,), -math.inf)", "new_zeros(q_stop - q_start)"),  # m, the running max

@@ -245,8 +245,8 @@ is shown as an error, never as 0.</p>
 {_figure("pass-rates", figures.get("pass-rates"), "Pass rate of each test cell (full points), per lab")}
 {pass_rate_table(labs)}{per_lab}</section>
 <section id="misconceptions"><h2>Most frequent misconceptions</h2>
-<p>A submission shows a misconception when a test cell that the catalogue's mutant must fail failed with the
-message the mutant is known to produce.</p>
+<p>A submission shows a misconception when every test cell that the catalogue's mutant must fail failed, each
+with the message the mutant is known to produce.</p>
 {findings_table(findings)}
 <h3>Failures no catalogue entry explains</h3>{unexplained_table(rest)}{not_attempted_list(diagnoses)}</section>
 <section id="errors"><h2>Submissions that could not be graded</h2>{errors_table(labs)}</section>

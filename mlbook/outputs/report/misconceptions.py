@@ -1,10 +1,13 @@
 """Which known misconceptions a class shows, from the pattern of failing tests.
 
-Rule: a submission shows a catalogue mutant's misconception when at least one of the test
-cells the mutant must fail (``Mutant.must_fail``) failed with a message that matches the
-mutant's regular expression (``Mutant.matches``). That is the catalogue's own promise,
-checked by the harness: this mutant fails these cells with this message. One submission
-can show several misconceptions. A misconception a submission shows also explains its other
+Rule: a submission shows a catalogue mutant's misconception when its signature is seen: every
+test cell the mutant must fail (``Mutant.must_fail``) failed, each with a message that matches
+the mutant's regular expression (``Mutant.matches``). That is the catalogue's own promise,
+checked by the harness: this mutant fails these cells with this message. One matching cell is
+not enough: a later cell that calls a buggy answer, or a visible test whose hint is shared by
+several mistakes of one function, would list misconceptions the submission does not have (a
+wrong softmax listed as three mistakes of row_attention). One submission can show several
+misconceptions. A misconception a submission shows also explains its other
 failing cells whose message matches the same expression (a later cell that calls the buggy
 function fails for the same reason).
 
@@ -55,9 +58,11 @@ class Diagnosis:
 
 
 def evidence(result: SubmissionResult, mutant: Mutant) -> set[str]:
-    """The cells whose failure shows ``mutant``'s misconception in ``result`` (empty: not shown)."""
-    return {gid for gid in mutant.must_fail
-            if gid in result.cells and not result.cells[gid].passed and mutant.matches(result.cells[gid].message)}
+    """The cells whose failure shows ``mutant``'s misconception in ``result``: all of its
+    ``must_fail`` cells when each failed with a matching message, else none (not shown)."""
+    cells = result.cells
+    seen = all(gid in cells and not cells[gid].passed and mutant.matches(cells[gid].message) for gid in mutant.must_fail)
+    return set(mutant.must_fail) if seen and mutant.must_fail else set()
 
 
 def diagnose(data: LabData) -> Diagnosis:

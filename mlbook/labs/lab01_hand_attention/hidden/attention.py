@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from ...kit import (array, ask_items, call_student, close, compare, data_array, describe, diagnose, fail,
-                   fresh_rng, random_mask, softmax, weight_tolerance)
+                   fresh_rng, given, random_mask, softmax, weight_tolerance)
 from ...kit import attention as reference_attention  # the student's function is called `attention`
+from .graders import graders_attention, graders_softmax_rows
 
 # --- 4: attention ---------------------------------------------------------------------------
 
@@ -48,6 +49,8 @@ def _expect_out_first(out, weights, out_shape: tuple[int, ...], weights_shape: t
 
 
 def check_attention(attention) -> None:
+    # attention alone: the softmax_rows it calls is the grader's (a wrong softmax_rows costs its own cells)
+    attention = given(attention, softmax_rows=graders_softmax_rows)
     rng = fresh_rng()
     cases = [(4, 6, 3, 5, 1.0, False), (7, 2, 5, 2, 1.0, True), (3, 8, 16, 4, 60.0, False), (5, 5, 4, 3, 1.0, True)]
     for T_q, T_k, d_k, d_v, spread, masked in cases:
@@ -115,6 +118,8 @@ def check_attention_shapes(attention_shapes) -> None:
 
 
 def check_row_attention(row_attention) -> None:
+    # row_attention alone: the softmax_rows (or attention) it calls is the grader's
+    row_attention = given(row_attention, softmax_rows=graders_softmax_rows, attention=graders_attention)
     rng = fresh_rng()
     for T_k, d_k, d_v in ((5, 3, 4), (2, 9, 3), (7, 16, 2)):  # d_k != T_k, so the two scales differ
         q = rng.normal(size=d_k) * 2.0  # (d_k,)

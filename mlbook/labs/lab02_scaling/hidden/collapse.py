@@ -8,7 +8,8 @@ from typing import Callable
 
 import numpy as np
 
-from ...kit import ask_number, entropy, fail, fresh_rng, reproducible, seed, softmax
+from ...kit import ask_number, entropy, fail, fresh_rng, given, reproducible, seed, softmax
+from .graders import graders_attention_scores, graders_effective_keys
 from ._common import Z_SIGMA, ONE_NUMBER
 
 
@@ -112,6 +113,9 @@ def _near(got: float, per_draw: np.ndarray, n_draws: int) -> bool:
 
 def check_mean_effective_keys(mean_effective_keys: Callable) -> None:
     """Mean effective keys on fresh d_k, n_tokens != 8, n_keys != n_tokens, scaled and not, against a Monte Carlo."""
+    # the experiment alone: the attention_scores and effective_keys it calls are the grader's
+    mean_effective_keys = given(mean_effective_keys, attention_scores=graders_attention_scores,
+                                effective_keys=graders_effective_keys)
     rng = fresh_rng()
     n_draws, n_ref = 250, 1000
     # 12 to 16 queries, never the lesson's 8: with fewer, a softmax over the queries (axis 1) gives nearly the

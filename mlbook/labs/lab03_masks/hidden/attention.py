@@ -13,8 +13,9 @@ import numpy as np
 import torch
 
 from ...kit import (TORCH_ATOL, ask_items, attention, call_student, causal_allowed, compare, describe, dtype_name, fail,
-                    fresh_rng, torch_generator)
+                    fresh_rng, given, torch_generator)
 from ._common import DTYPES, POLARITY, as_numpy, float16_overflow, randn, shape_str
+from .graders import graders_apply_mask
 
 __all__ = ["check_scaled_dot_product_attention", "check_mask_after_softmax"]
 
@@ -125,6 +126,7 @@ def _check_attention_case(fn: Callable, q, k, v, mask, what: str, compare_sdpa: 
 
 def check_scaled_dot_product_attention(fn: Callable) -> None:
     """Against the grader's NumPy reference and torch's SDPA, in four dtypes, with T_q != T_k."""
+    fn = given(fn, apply_mask=graders_apply_mask)  # the attention alone: the apply_mask it calls is the grader's
     rng = fresh_rng()
     gen = torch_generator(rng)
     for dtype in DTYPES:

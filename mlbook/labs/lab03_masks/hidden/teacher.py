@@ -9,8 +9,9 @@ import torch
 
 from mlbook_helpers.masking import tiny_decoder
 
-from ...kit import ask_array, causal_allowed, compare, fresh_rng, lend, seed
+from ...kit import ask_array, causal_allowed, compare, fresh_rng, given, lend, seed
 from ._common import shape_str
+from .graders import graders_causal_mask
 
 __all__ = ["check_teacher_forcing"]
 
@@ -23,6 +24,9 @@ def check_teacher_forcing(teacher_forced_logits: Callable, step_by_step_logits: 
     The reference calls the same decoder here: the shifted targets under the causal mask in one
     pass, and the T prefixes one at a time (their last positions).
     """
+    # the two passes alone: the causal_mask they call is the grader's (a wrong causal_mask costs its own cells)
+    teacher_forced_logits = given(teacher_forced_logits, causal_mask=graders_causal_mask)
+    step_by_step_logits = given(step_by_step_logits, causal_mask=graders_causal_mask)
     rng = fresh_rng()
     vocab = int(rng.integers(7, 16))
     decoder = tiny_decoder(seed=seed(rng), vocab=vocab)

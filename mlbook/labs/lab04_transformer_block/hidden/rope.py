@@ -16,7 +16,8 @@ from typing import Callable
 import numpy as np
 import torch
 
-from ...kit import array, ask_items, call_student, close, compare, data_array, diagnose, dtype_name, fail, first_bad, fresh_rng
+from ...kit import (array, ask_items, call_student, close, compare, data_array, diagnose, dtype_name, fail, first_bad,
+                    fresh_rng, given)
 from ._common import view_error
 
 __all__ = ["check_apply_rope", "check_rope_step", "rope_reference"]
@@ -211,6 +212,10 @@ def _position_message(p: int, t: int, what: str) -> str:
 
 def check_rope_step(rope_step_scores: Callable) -> None:
     """rope_step_scores(q_new, k_new, k_cache, layout) for caches of 0, a few and many keys."""
+    from .graders import graders_apply_rope  # graders imports this module's rope_reference
+
+    # the step alone: the apply_rope it calls is the grader's (a wrong apply_rope costs its own cells)
+    rope_step_scores = given(rope_step_scores, apply_rope=graders_apply_rope)
     rng = fresh_rng()
     B, H = int(rng.integers(1, 4)), int(rng.integers(1, 4))
     d = 2 * int(rng.integers(2, 9))
