@@ -8,7 +8,7 @@ tiled both ways) through the real pipeline (sandboxed, ``autograde``), and recor
 call of ``hidden.memory`` in this process, where the judge runs: the length T, the peak growth,
 the pages the call touched, the idle round trip's and what is charged
 (``touched - min(idle, _ROUND_TRIP_CAP)``). Prints, per submission and function, the largest
-charge at T2 against the touched rule (``_TOUCHED_ABSOLUTE`` of a float32 T2 x T2 matrix) and
+charge at T2 against the touched rule (``_TOUCHED_FORWARD`` or ``_BACKWARD`` of a float32 T2 x T2 matrix) and
 the smallest margin; then, for the smallest T2 the checks draw, what a T x T matrix kept in
 memory prepared before the call is charged at the least (its bytes less the cap) against the
 rule, for 4-, 2- and 1-byte entries.
@@ -98,27 +98,28 @@ def main() -> None:
         for n, c in result.auto_cells.items():
             if c.score != full[n]:
                 print(f"{student}: {n} scored {c.score} of {full[n]}: {c.message}")
-    print(f"{len(_calls)} measured calls, rule: charged < {memory._TOUCHED_ABSOLUTE} x a float32 T2 x T2 matrix, "
+    rules = {"chunked_attention": memory._TOUCHED_FORWARD, "attention_backward_from_lse": memory._TOUCHED_BACKWARD}
+    print(f"{len(_calls)} measured calls, rule: charged < {rules} x a float32 T2 x T2 matrix, "
           f"cap {memory._ROUND_TRIP_CAP:,} B")
     print(f"{'submission':<34}{'function':<28}{'T2':>6}{'touched':>9}{'idle':>7}{'charged':>9}{'rule':>7}"
           f"{'margin':>8}  scores")
     for (student, function), calls in by.items():
         T2 = max(c["T"] for c in calls)
         at_T2 = [c for c in calls if c["T"] >= T2 * 0.9]
-        worst = max(at_T2, key=lambda c: c["charged"] / (memory._TOUCHED_ABSOLUTE * 4 * c["T"] ** 2))
-        rule = memory._TOUCHED_ABSOLUTE * 4 * worst["T"] ** 2
+        worst = max(at_T2, key=lambda c: c["charged"] / (rules[function] * 4 * c["T"] ** 2))
+        rule = rules[function] * 4 * worst["T"] ** 2
         lost = {n: s for n, s in ((n, c.score) for n, c in results[student].auto_cells.items()) if s != full[n]}
         print(f"{student:<34}{function:<28}{worst['T']:>6}{worst['touched'] / 1e6:>8.1f}M{worst['idle'] / 1e6:>6.1f}M"
               f"{worst['charged'] / 1e6:>8.1f}M{rule / 1e6:>6.1f}M{rule / max(worst['charged'], 1):>7.1f}x  "
               f"{'full marks' if not lost else lost}")
-    low = 2 * memory._MEM_T1[0] + 1
-    rule = memory._TOUCHED_ABSOLUTE * 4 * low ** 2
-    print(f"\nat the smallest T2 drawn ({low:,}): rule {rule / 1e6:.1f} MB; a T x T matrix in prepared memory is "
-          f"charged at least its bytes less the cap:")
-    for entry in (4, 2, 1):
-        least = entry * low ** 2 - memory._ROUND_TRIP_CAP
-        print(f"  {entry}-byte entries: {least / 1e6:.1f} MB, {least / rule:.2f}x the rule")
-
+    for function, t1 in (("chunked_attention", memory._FORWARD_T1), ("attention_backward_from_lse", memory._BACKWARD_T1)):
+        low = 2 * t1[0] + 1
+        rule = rules[function] * 4 * low ** 2
+        print(f"\n{function} at the smallest T2 drawn ({low:,}): rule {rule / 1e6:.1f} MB; a T x T matrix in prepared "
+              f"memory is charged at least its bytes less the cap:")
+        for entry in (4, 2, 1):
+            least = entry * low ** 2 - memory._ROUND_TRIP_CAP
+            print(f"  {entry}-byte entries: {least / 1e6:.1f} MB, {least / rule:.2f}x the rule")
 
 if __name__ == "__main__":
     main()

@@ -158,7 +158,7 @@ _PREPARED = {  # name -> code that makes a buffer resident when its cell runs, a
     # one that reads the whole buffer, would hide the buffer in the baseline but for its cap
     "faked-baseline": ("import torch as _t\n_RAW = _t.ones(_BUF_BYTES, dtype=_t.uint8)  # (bytes,)\n"
                        "_real_atleast_1d = _t.atleast_1d\n"
-                       "def _touching(*tensors):\n    _RAW.sum()\n    return _real_atleast_1d(*tensors)\n"
+                       "def _touching(*tensors):\n    _RAW.max()  # reads every page (a uint8 sum would make an int64 copy)\n    return _real_atleast_1d(*tensors)\n"
                        "_t.atleast_1d = _touching\n"
                        "def _scores_view(n, dtype):\n    return _RAW.view(dtype)[:n]\n"),
     "anonymous-mmap": ("import mmap as _mm, torch as _t\n_RAW = _mm.mmap(-1, _BUF_BYTES)\n_RAW.write(b'\\1' * _BUF_BYTES)\n"
@@ -313,14 +313,18 @@ def test_touched_pages_over_their_rule_fail_a_call_whose_peak_hardly_grew():
     assert memory._over_limit(peaks, per_token, prepared) > 2
 
 
-@pytest.mark.parametrize("entry_bytes", (1, 2, 4))
-def test_a_prepared_matrix_behind_a_faked_baseline_is_over_the_rule_at_every_length_drawn(entry_bytes):
-    """The most a faked round trip takes off (the cap) leaves a T2 x T2 matrix of 1-, 2- or 4-byte entries
-    (a bool mask, float16, float32) touched in full over the touched rule, for every T2 the checks draw."""
+@pytest.mark.parametrize("function, entry_bytes", [("forward", 1), ("forward", 2), ("forward", 4),
+                                                    ("backward", 2), ("backward", 4)])
+def test_a_prepared_matrix_behind_a_faked_baseline_is_over_the_rule_at_every_length_drawn(function, entry_bytes):
+    """The most a faked round trip takes off (the cap) leaves a T2 x T2 matrix touched in full over the touched
+    rule, for every T2 the check draws: of 1-, 2- or 4-byte entries (a bool mask, float16, float32) in the
+    forward, of 2 or 4 in the backward."""
     from mlbook.labs.lab06_chunked_attention.hidden import memory
 
+    t1, chunks, rule_fraction = {"forward": (memory._FORWARD_T1, (384, 513), memory._TOUCHED_FORWARD),
+                                 "backward": (memory._BACKWARD_T1, (28, 37), memory._TOUCHED_BACKWARD)}[function]
     rng = np.random.default_rng(0)
-    drawn = [memory._memory_sizes(rng, *memory._MEM_T1, int(c))[1] for c in rng.integers(28, 513, 2_000)]
-    for T2 in (min(drawn), 2 * memory._MEM_T1[0] + 1):  # the smallest drawn, and the smallest possible
-        rule = memory._TOUCHED_ABSOLUTE * 4 * T2 * T2
+    drawn = [memory._memory_sizes(rng, *t1, int(c))[1] for c in rng.integers(*chunks, 2_000)]
+    for T2 in (min(drawn), 2 * t1[0] + 1):  # the smallest drawn, and the smallest possible
+        rule = rule_fraction * 4 * T2 * T2
         assert entry_bytes * T2 * T2 - memory._ROUND_TRIP_CAP > 1.2 * rule, (entry_bytes, T2)
