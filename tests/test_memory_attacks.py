@@ -191,9 +191,10 @@ def _prepared_answer(reference_cell: str, prepared: str | None) -> str:
     return head + body
 
 
-def _float16_answer(reference_cell: str) -> str:
-    """The reference, keeping a float16 copy of every block of scores in a T x T matrix of prepared memory,
-    behind a faked round-trip baseline: the matrix the touched-pages rule could not see before."""
+def _float16_answer(reference_cell: str, prepared: str | None = None) -> str:
+    """The reference, keeping a float16 copy of every block of scores in a T x T matrix of prepared memory
+    (``prepared``; by default behind a faked round-trip baseline: the matrix the touched-pages rule could
+    not see before)."""
     body = reference_cell.replace(
         "    lse = q.new_empty(T_q)  # (T_q,)\n",
         "    lse = q.new_empty(T_q)  # (T_q,)\n    kept = _scores_view(T_q * k.shape[0], torch.float16).view(T_q, k.shape[0])"
@@ -202,7 +203,7 @@ def _float16_answer(reference_cell: str) -> str:
         "            scores = q_tile @ k[k_start:k_stop].T  # (n_q, n_k)\n"
         "            kept[q_start:q_stop, k_start:k_stop].copy_(scores)\n", 1)
     assert "kept[q_start" in body, "the reference's text moved: update the attack"
-    return f"_BUF_BYTES = {_BUF_BYTES}\n" + _PREPARED["faked-baseline"] + body
+    return f"_BUF_BYTES = {_BUF_BYTES}\n" + (prepared or _PREPARED["faked-baseline"]) + body
 
 
 def _file_answer(reference_cell: str) -> str:
@@ -246,6 +247,10 @@ def _attack_cells(answers: dict[str, str]) -> dict[str, dict[str, str]]:
     """name -> the answer cells an attack replaces (the reference's answers: ``answers``)."""
     cell = "chunked_attention"
     attacks = {name: {cell: _prepared_answer(answers[cell], prepared)} for name, prepared in _PREPARED.items()}
+    # the sandbox's tmpfs (256 MiB, shared with the home folder) cannot hold a float32 T2 x T2 file: a
+    # float16 copy of the scores is kept in the mapped file instead (half the size)
+    attacks["file-backed-mmap"] = {cell: _float16_answer(answers[cell], _PREPARED["file-backed-mmap"].replace(
+        "_BUF_BYTES", "(_BUF_BYTES // 2)"))}
     attacks["faked-baseline-float16"] = {cell: _float16_answer(answers[cell])}
     # the buffer made and filled by another cell, run earlier: the chunked cell only uses it
     attacks["filled-in-another-cell"] = {
