@@ -1,13 +1,14 @@
 """Benchmark: what the memory-measuring allocator setting costs a lab that does not measure memory.
 
-    .venv/bin/python benchmarks/allocator_cost.py [--lab lab05_entropy_collapse] [--notebooks 2]
+    .venv/bin/python benchmarks/allocator_cost.py [--lab lab05_entropy_collapse] [--notebooks 2] [--rounds 3]
 
 A lab whose hidden checks measure the kernel's memory (``MEASURES_MEMORY``, lab 6) runs its
 sandboxes with glibc set so that resident memory follows what the kernel holds
 (``mlbook.sandbox.bwrap.environment``); every other lab runs with glibc's defaults. This grades
-the same reference notebooks of ``--lab`` twice, sandboxed with warm kernels and one worker,
-first as the lab is declared, then with its plan marked as measuring memory, and prints the
-seconds per notebook of each run and their ratio. Run it on a quiet machine, as root.
+the same reference notebooks of ``--lab``, sandboxed with warm kernels and one worker, as the lab
+is declared and with its plan marked as measuring memory, in ``--rounds`` rounds that alternate
+which goes first (so that a shared machine's other load falls on both alike), and prints the
+seconds per notebook of each batch, the medians and their ratio. Run it as root.
 """
 
 from __future__ import annotations
@@ -62,15 +63,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lab", default="lab05_entropy_collapse")
     parser.add_argument("--notebooks", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
+    seconds: dict[bool, list[float]] = {False: [], True: []}
+    started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="mlbook-allocator-") as scratch:
-        started = time.perf_counter()
-        plain = grade(args.lab, args.notebooks, False, Path(scratch) / "plain")
-        measuring = grade(args.lab, args.notebooks, True, Path(scratch) / "measuring")
-    a, b = statistics.median(plain), statistics.median(measuring)
-    print(f"{args.lab}, {args.notebooks} reference notebook(s) per run, sandboxed, warm kernels, one worker")
-    print(f"  glibc defaults (as the lab runs):      {', '.join(f'{s:.1f}' for s in plain)} s per notebook")
-    print(f"  memory-measuring allocator (lab 6's):  {', '.join(f'{s:.1f}' for s in measuring)} s per notebook")
+        for r in range(args.rounds):
+            for measuring in ((False, True) if r % 2 == 0 else (True, False)):
+                got = grade(args.lab, args.notebooks, measuring, Path(scratch) / f"{r}-{measuring}")
+                seconds[measuring].extend(got)
+                print(f"round {r + 1} {'memory-measuring' if measuring else 'glibc defaults'}: "
+                      f"{', '.join(f'{s:.1f}' for s in got)} s", flush=True)
+    a, b = statistics.median(seconds[False]), statistics.median(seconds[True])
+    print(f"{args.lab}, {args.notebooks} reference notebook(s) per batch, {args.rounds} rounds, sandboxed, warm kernels, "
+          f"one worker")
+    print(f"  glibc defaults (as the lab runs):      median {a:.1f} s per notebook")
+    print(f"  memory-measuring allocator (lab 6's):  median {b:.1f} s per notebook")
     print(f"  ratio of the medians: {b / a:.2f}x   ({time.perf_counter() - started:.0f} s in all)")
 
 

@@ -418,10 +418,11 @@ hidden.check_chunked_attention(chunked_attention)
 ### END HIDDEN TESTS
 
 # %% nbgrader={"grade": true, "grade_id": "test_chunked_attention_memory", "points": 2}
-# Hidden test: the peak memory of calls at T near 2,000 and 4,000, causal and not, is measured
+# Hidden test: the peak memory of calls at T near 3,500 and 7,000, causal and not, is measured
 # from outside your kernel (and their results are checked): it must grow about linearly with T,
 # by far less than a T x T or a T x chunk_size matrix per token. Memory made before the call (a
-# global buffer, a cache) that the call reads or writes counts as the call's.
+# global buffer, a cache) that the call reads or writes counts as the call's, and so do the bytes
+# it reads or writes through files.
 ### BEGIN HIDDEN TESTS
 from mlbook.labs.lab06_chunked_attention import hidden
 hidden.check_chunked_memory(chunked_attention)

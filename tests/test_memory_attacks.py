@@ -3,6 +3,11 @@
 Each attack makes a buffer resident BEFORE the measured call (at import, as a global) and only
 touches it during the call; the peak-growth measurement alone misses it, the referenced-pages
 measurement does not. A correct bystander (fresh, small work) measured the same way stays small.
+Through the pipeline, lab 6 is graded in the sandbox with the T x T scores kept in such buffers (a
+torch tensor, a NumPy array, a bytearray, anonymous and file-backed mmaps, C memory from ctypes, a
+buffer filled by another cell, a child process that does the work, a float16 copy behind a faked
+round-trip baseline) or in a tmpfs file written and read back, beside correct bystanders: each
+loses exactly the memory points.
 """
 
 import ctypes
@@ -45,6 +50,12 @@ def _attacks():
     ctypes.memset(cbuf, 1, SIZE)
     cview = np.frombuffer(cbuf, dtype=np.uint8)  # (SIZE,)
 
+    small = bytearray(64 * 1024)
+
+    def read_back(fd: int) -> None:  # the data stays in the file: only a 64 KiB buffer is ever touched
+        for offset in range(0, SIZE, len(small)):
+            os.preadv(fd, [small], offset)
+
     def touch_bytes(buf) -> None:
         view = np.frombuffer(buf, dtype=np.uint8)  # (SIZE,)
         view[::4096] += 1
@@ -56,10 +67,12 @@ def _attacks():
         "anonymous mmap": lambda: touch_bytes(anon),
         "file-backed mmap": lambda: touch_bytes(filemap),
         "ctypes buffer": lambda: np.add(cview, 1, out=cview),
+        "file read back in small pieces": lambda: read_back(fh.fileno()),
     }
 
 
-ATTACKS = ("global torch tensor", "numpy array", "bytearray", "anonymous mmap", "file-backed mmap", "ctypes buffer")
+ATTACKS = ("global torch tensor", "numpy array", "bytearray", "anonymous mmap", "file-backed mmap", "ctypes buffer",
+           "file read back in small pieces")
 
 
 def _in_fresh_process(fn, *args):
@@ -133,8 +146,8 @@ def test_without_smaps_is_a_grader_error(monkeypatch):
 
 # ---- through the real pipeline: lab 6 graded in the sandbox, attacks beside correct bystanders ----
 LAB6 = "lab06_chunked_attention"
-_BUF_BYTES = 4500 * 4500 * 8  # the largest score matrix of a memory check, in float64
-_PREPARED = {  # name -> code that makes a buffer resident when the answer cell runs, and `_scores_view(n, dtype)`
+_BUF_BYTES = 7_712 * 7_712 * 4  # the largest score matrix of a memory check (float32, T2 < 7,712)
+_PREPARED = {  # name -> code that makes a buffer resident when its cell runs, and `_scores_view(n, dtype)`
     "torch-global": ("import torch as _t\n_RAW = _t.ones(_BUF_BYTES, dtype=_t.uint8)  # (bytes,)\n"
                      "def _scores_view(n, dtype):\n    return _RAW.view(dtype)[:n]\n"),
     "numpy-array": ("import numpy as _np, torch as _t\n_RAW = _np.ones(_BUF_BYTES, dtype=_np.uint8)  # (bytes,)\n"
@@ -145,17 +158,29 @@ _PREPARED = {  # name -> code that makes a buffer resident when the answer cell 
     # one that reads the whole buffer, would hide the buffer in the baseline but for its cap
     "faked-baseline": ("import torch as _t\n_RAW = _t.ones(_BUF_BYTES, dtype=_t.uint8)  # (bytes,)\n"
                        "_real_atleast_1d = _t.atleast_1d\n"
-                       "def _touching(*tensors):\n    _RAW.sum()\n    return _real_atleast_1d(*tensors)\n"
+                       "def _touching(*tensors):\n    _RAW.max()  # reads every page (a uint8 sum would make an int64 copy)\n    return _real_atleast_1d(*tensors)\n"
                        "_t.atleast_1d = _touching\n"
                        "def _scores_view(n, dtype):\n    return _RAW.view(dtype)[:n]\n"),
     "anonymous-mmap": ("import mmap as _mm, torch as _t\n_RAW = _mm.mmap(-1, _BUF_BYTES)\n_RAW.write(b'\\1' * _BUF_BYTES)\n"
                        "def _scores_view(n, dtype):\n    return _t.frombuffer(_RAW, dtype=dtype)[:n]\n"),
+    # a file in the sandbox's writable tmp, mapped shared and filled before the call
+    "file-backed-mmap": ("import mmap as _mm, tempfile as _tf, torch as _t\n_FILE = _tf.TemporaryFile()\n"
+                         "_FILE.truncate(_BUF_BYTES)\n_RAW = _mm.mmap(_FILE.fileno(), _BUF_BYTES)\n"
+                         "_RAW.write(b'\\1' * _BUF_BYTES)\n"
+                         "def _scores_view(n, dtype):\n    return _t.frombuffer(_RAW, dtype=dtype)[:n]\n"),
+    # memory from the C library, outside Python's and torch's allocators, filled by ctypes
+    "ctypes-malloc": ("import ctypes as _ct, torch as _t\n_libc = _ct.CDLL(None)\n_libc.malloc.restype = _ct.c_void_p\n"
+                      "_libc.malloc.argtypes = [_ct.c_size_t]\n_ADDR = _libc.malloc(_BUF_BYTES)\n"
+                      "_ct.memset(_ADDR, 1, _BUF_BYTES)\n_RAW = (_ct.c_uint8 * _BUF_BYTES).from_address(_ADDR)\n"
+                      "def _scores_view(n, dtype):\n    return _t.frombuffer(_RAW, dtype=dtype)[:n]\n"),
 }
+_OTHER_CELL = "attention_matrix_bytes"  # an answer cell before chunked_attention's
 
 
-def _prepared_answer(reference_cell: str, prepared: str) -> str:
-    """The reference with the T x T score matrix computed into a buffer prepared at definition time."""
-    head = f"_BUF_BYTES = {_BUF_BYTES}\n" + prepared
+def _prepared_answer(reference_cell: str, prepared: str | None) -> str:
+    """The reference with the T x T score matrix computed into a buffer prepared at definition time
+    (``prepared`` None: by code in another cell, which defines ``_scores_view``)."""
+    head = "" if prepared is None else f"_BUF_BYTES = {_BUF_BYTES}\n" + prepared
     body = reference_cell.replace(
         "    lse = q.new_empty(T_q)  # (T_q,)\n",
         "    lse = q.new_empty(T_q)  # (T_q,)\n    scores_all = _scores_view(T_q * k.shape[0], q.dtype).view(T_q, k.shape[0])"
@@ -164,6 +189,79 @@ def _prepared_answer(reference_cell: str, prepared: str) -> str:
         "scores = scores_all[q_start:q_stop, k_start:k_stop]  # (n_q, n_k)", 1)
     assert body != reference_cell and "scores_all[q_start" in body, "the reference's text moved: update the attack"
     return head + body
+
+
+def _float16_answer(reference_cell: str, prepared: str | None = None) -> str:
+    """The reference, keeping a float16 copy of every block of scores in a T x T matrix of prepared memory
+    (``prepared``; by default behind a faked round-trip baseline: the matrix the touched-pages rule could
+    not see before)."""
+    body = reference_cell.replace(
+        "    lse = q.new_empty(T_q)  # (T_q,)\n",
+        "    lse = q.new_empty(T_q)  # (T_q,)\n    kept = _scores_view(T_q * k.shape[0], torch.float16).view(T_q, k.shape[0])"
+        "  # (T_q, T_k)\n", 1).replace(
+        "            scores = q_tile @ k[k_start:k_stop].T  # (n_q, n_k)\n",
+        "            scores = q_tile @ k[k_start:k_stop].T  # (n_q, n_k)\n"
+        "            kept[q_start:q_stop, k_start:k_stop].copy_(scores)\n", 1)
+    assert "kept[q_start" in body, "the reference's text moved: update the attack"
+    return f"_BUF_BYTES = {_BUF_BYTES}\n" + (prepared or _PREPARED["faked-baseline"]) + body
+
+
+def _file_answer(reference_cell: str) -> str:
+    """The reference, keeping every block of scores in a file of the sandbox's tmpfs and computing with
+    the copy read back: the process holds one block at a time, the file the T x T matrix."""
+    body = reference_cell.replace(
+        "            scores = q_tile @ k[k_start:k_stop].T  # (n_q, n_k)\n",
+        "            scores = q_tile @ k[k_start:k_stop].T  # (n_q, n_k)\n"
+        "            at = (q_start * k.shape[0] + k_start * (q_stop - q_start)) * scores.element_size()\n"
+        "            _os.pwrite(_FILE.fileno(), scores.contiguous().numpy().tobytes(), at)\n"
+        "            scores = torch.frombuffer(bytearray(_os.pread(_FILE.fileno(), scores.nbytes, at)), "
+        "dtype=scores.dtype).view(scores.shape)  # (n_q, n_k)\n", 1)
+    assert "_os.pread" in body, "the reference's text moved: update the attack"
+    return "import os as _os, tempfile as _tf\n_FILE = _tf.TemporaryFile()\n" + body
+
+
+def _child_answer(answers: dict[str, str]) -> str:
+    """chunked_attention answered by a child process started at definition time, which keeps the T x T
+    scores in a buffer it made resident before the call: the kernel itself holds only (T, d) arrays."""
+    child = ("import math, pickle, struct, sys, torch\ntorch.set_num_threads(1)\n" + answers["online_softmax_update"]
+             + "\n" + _prepared_answer(answers["chunked_attention"], _PREPARED["torch-global"])
+             + "\nsys.stdout.buffer.write(b'r')\nsys.stdout.buffer.flush()\n"
+               "while len(head := sys.stdin.buffer.read(8)) == 8:\n"
+               "    args = pickle.loads(sys.stdin.buffer.read(struct.unpack('<Q', head)[0]))\n"
+               "    try:\n        reply = ('ok', chunked_attention(*args))\n"
+               "    except Exception as exc:\n        reply = ('error', exc)\n"
+               "    data = pickle.dumps(reply)\n"
+               "    sys.stdout.buffer.write(struct.pack('<Q', len(data)) + data)\n    sys.stdout.buffer.flush()\n")
+    return ("import pickle as _pk, struct as _st, subprocess as _sp, sys as _sys\n"
+            f"_CHILD = _sp.Popen([_sys.executable, '-c', {child!r}], stdin=_sp.PIPE, stdout=_sp.PIPE)\n"
+            "assert _CHILD.stdout.read(1) == b'r', 'the child did not start'\n\n\n"
+            "def chunked_attention(q, k, v, chunk_size, causal=False):\n"
+            "    data = _pk.dumps((q, k, v, chunk_size, causal))\n"
+            "    _CHILD.stdin.write(_st.pack('<Q', len(data)) + data)\n    _CHILD.stdin.flush()\n"
+            "    kind, value = _pk.loads(_CHILD.stdout.read(_st.unpack('<Q', _CHILD.stdout.read(8))[0]))\n"
+            "    if kind == 'error':\n        raise value\n"
+            "    return value\n")
+
+
+def _attack_cells(answers: dict[str, str]) -> dict[str, dict[str, str]]:
+    """name -> the answer cells an attack replaces (the reference's answers: ``answers``)."""
+    cell = "chunked_attention"
+    attacks = {name: {cell: _prepared_answer(answers[cell], prepared)} for name, prepared in _PREPARED.items()}
+    # the sandbox's tmpfs (256 MiB, shared with the home folder) cannot hold a float32 T2 x T2 file: a
+    # float16 copy of the scores is kept in the mapped file instead (half the size)
+    attacks["file-backed-mmap"] = {cell: _float16_answer(answers[cell], _PREPARED["file-backed-mmap"].replace(
+        "_BUF_BYTES", "(_BUF_BYTES // 2)"))}
+    attacks["faked-baseline-float16"] = {cell: _float16_answer(answers[cell])}
+    # the buffer made and filled by another cell, run earlier: the chunked cell only uses it
+    attacks["filled-in-another-cell"] = {
+        _OTHER_CELL: f"_BUF_BYTES = {_BUF_BYTES}\n" + _PREPARED["torch-global"] + answers[_OTHER_CELL],
+        cell: _prepared_answer(answers[cell], None)}
+    attacks["child-process"] = {cell: _child_answer(answers)}
+    attacks["scores-in-a-tmpfs-file"] = {cell: _file_answer(answers[cell])}
+    return attacks
+
+
+ATTACK_NAMES = (*_PREPARED, "faked-baseline-float16", "filled-in-another-cell", "child-process", "scores-in-a-tmpfs-file")
 
 
 @pytest.fixture(scope="module")
@@ -176,15 +274,11 @@ def lab6_batch(tmp_path_factory):
     from mlbook.sandbox.limits import GiB, Limits
 
     course = scratch_course(LAB6, tmp_path_factory.mktemp("memattacks"))
-    nb = submissions.reference(course, LAB6)
-    wrong = next(m for m in load_catalogue(LAB6).mutants if m.name == "full-score-matrix")
-    (cell, _), = wrong.cells.items()
-    from mlbook.authoring.notebooks import grade_id
-    reference_cell = next(c.source for c in nb.cells if grade_id(c) == cell)
+    from mlbook.authoring.notebooks import read_nb, reference_answers
+    answers = reference_answers(read_nb(course.source(LAB6)))
     submissions.submit(course, "bystander-a", LAB6, submissions.reference(course, LAB6))
-    for name, prepared in _PREPARED.items():
-        submissions.submit(course, f"attack-{name}", LAB6,
-                           submissions.reference(course, LAB6, {cell: _prepared_answer(reference_cell, prepared)}))
+    for name, cells in _attack_cells(answers).items():
+        submissions.submit(course, f"attack-{name}", LAB6, submissions.reference(course, LAB6, cells))
     alt = next(a for a in load_catalogue(LAB6).alternatives if a.name == "float64-copies-of-the-inputs")
     submissions.submit(course, "alt-float64-copies", LAB6, submissions.reference(course, LAB6, alt.cells))
     submissions.submit(course, "bystander-z", LAB6, submissions.reference(course, LAB6))
@@ -206,7 +300,7 @@ def test_prepared_buffers_lose_the_memory_points_and_nothing_else(lab6_batch):
     measured = "test_chunked_attention_memory"
     memory_cells = {measured} | {cell for cell, needs in COVERED_BY.items() if measured in needs}
     assert scores[measured] > 0, "the bystander lost the memory points: nothing is shown"
-    for name in _PREPARED:
+    for name in ATTACK_NAMES:
         got = {n: c.score for n, c in lab6_batch[f"attack-{name}"].auto_cells.items()}
         lost = {n for n in scores if got[n] != scores[n]}
         assert lost == memory_cells, (name, lost, got)
@@ -215,13 +309,27 @@ def test_prepared_buffers_lose_the_memory_points_and_nothing_else(lab6_batch):
 def test_touched_pages_over_their_rule_fail_a_call_whose_peak_hardly_grew():
     from mlbook.labs.lab06_chunked_attention.hidden import memory
 
-    T1, T2 = 2_000, 4_100
+    T1, T2 = 3_400, 6_900
     peaks = {T1: 2_000_000, T2: 2_200_000}  # what a correct call's peaks grow by (MB)
     per_token = memory._TC_FRACTION * 4 * 400
     assert memory._over_limit(peaks, per_token) < 1
-    assert memory._over_limit(peaks, per_token, {T1: 3_000_000, T2: 6_000_000}) < 1  # an honest call's pages
+    assert memory._over_limit(peaks, per_token, {T1: 5_000_000, T2: 10_000_000}) < 1  # a correct call's pages
     prepared = {T1: 4 * T1 * T1, T2: 4 * T2 * T2}  # a float32 T x T matrix kept in memory made earlier
     assert memory._over_limit(peaks, per_token, prepared) > 2
-    # the most a faked round-trip baseline can take off leaves such a matrix over the rule
-    smallest = 4 * 2_401 ** 2  # the backward's smallest T2
-    assert smallest - memory._ROUND_TRIP_CAP > memory._TOUCHED_ABSOLUTE * smallest
+
+
+@pytest.mark.parametrize("function, entry_bytes", [("forward", 1), ("forward", 2), ("forward", 4),
+                                                    ("backward", 2), ("backward", 4)])
+def test_a_prepared_matrix_behind_a_faked_baseline_is_over_the_rule_at_every_length_drawn(function, entry_bytes):
+    """The most a faked round trip takes off (the cap) leaves a T2 x T2 matrix touched in full over the touched
+    rule, for every T2 the check draws: of 1-, 2- or 4-byte entries (a bool mask, float16, float32) in the
+    forward, of 2 or 4 in the backward."""
+    from mlbook.labs.lab06_chunked_attention.hidden import memory
+
+    t1, chunks, rule_fraction = {"forward": (memory._FORWARD_T1, (384, 513), memory._TOUCHED_FORWARD),
+                                 "backward": (memory._BACKWARD_T1, (28, 37), memory._TOUCHED_BACKWARD)}[function]
+    rng = np.random.default_rng(0)
+    drawn = [memory._memory_sizes(rng, *t1, int(c))[1] for c in rng.integers(*chunks, 2_000)]
+    for T2 in (min(drawn), 2 * t1[0] + 1):  # the smallest drawn, and the smallest possible
+        rule = rule_fraction * 4 * T2 * T2
+        assert entry_bytes * T2 * T2 - memory._ROUND_TRIP_CAP > 1.2 * rule, (entry_bytes, T2)

@@ -44,7 +44,8 @@ import ctypes, os
 from mlbook.sandbox import procmem
 libc = procmem._glibc()
 libc.free(libc.malloc(8 << 20))  # mmapped and freed: glibc raises its mmap threshold to 8 MiB
-blocks = [libc.malloc(4 << 20) for _ in range(6) if libc.malloc(4096)]  # in the heap, pinned apart
+# in the heap, pinned apart on both sides (none borders the heap's top, where a free would be trimmed)
+blocks = [b for _ in range(6) if libc.malloc(4096) for b in [libc.malloc(4 << 20)] if libc.malloc(4096)]
 for block in blocks:
     ctypes.memset(block, 1, 4 << 20)  # resident
     libc.free(block)

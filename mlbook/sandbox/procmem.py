@@ -36,11 +36,14 @@ that the call READ OR WROTE, wherever they were allocated: before the call ``cle
 ``"1"`` clears the referenced bits of all its pages, after it ``Referenced:`` is summed over
 the writable mappings of ``/proc/<pid>/smaps``, and the larger of that and the peak growth
 counts. A buffer made resident before the call (a global tensor, a numpy array, a bytearray,
-an mmap, a C extension's or a child process's buffer) and reused during it is charged.
+an mmap, a C extension's or a child process's buffer) and reused during it is charged. So are
+the bytes the call moved through ``read``/``write`` system calls (``rchar + wchar`` of
+``/proc/<pid>/io``, a reaped child's added to its parent's): data kept outside every process's
+memory (a file in the sandbox's tmpfs, a pipe's buffer) reaches the call only that way or mapped.
 
-What this cannot show: data kept outside any process (a file in the
-sandbox's tmpfs), and code pages a call maps for the first time (counted: warm a function up
-with one unmeasured call before measuring it).
+What this cannot show: data kept in kernel buffers and received with ``recv`` (a socket's, at
+most its buffer size per socket), and code pages a call maps for the first time (counted: warm a
+function up with one unmeasured call before measuring it).
 
 Fail closed: a process of the tree that vanishes during the call, a file that cannot be read or
 written, or a system without ``/proc`` raises ``MeasurementError`` (a grader error, not a
@@ -214,6 +217,24 @@ def _referenced(pid: int) -> int | None:
     return total
 
 
+def _io_bytes(pid: int) -> int | None:
+    """Bytes ``pid`` has read and written through system calls (``rchar + wchar``, its reaped children's
+    included); None for a process that is gone. MeasurementError when ``/proc/<pid>/io`` cannot be read."""
+    try:
+        text = _read(f"/proc/{pid}/io")
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    except OSError as exc:
+        raise MeasurementError(f"cannot read /proc/{pid}/io: {exc}") from None
+    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+    try:
+        return int(fields["rchar"]) + int(fields["wchar"])
+    except (KeyError, ValueError):
+        if not text.strip():
+            return None  # a zombie's io is empty
+        raise MeasurementError(f"/proc/{pid}/io lacks rchar or wchar") from None
+
+
 def socket_peer(conn: socket.socket) -> int:
     """The host pid of the process that connected the other end of the unix socket ``conn``.
 
@@ -332,6 +353,7 @@ class TreePeak:
     _before: dict[int, _Proc] = field(default_factory=dict, init=False, repr=False)
     _base: dict[int, int] = field(default_factory=dict, init=False, repr=False)
     _idle: dict[int, int] = field(default_factory=dict, init=False, repr=False)
+    _io: dict[int, int] = field(default_factory=dict, init=False, repr=False)
     _pruned: frozenset[tuple[int, int]] = field(default=frozenset(), init=False, repr=False)
 
     def __enter__(self) -> "TreePeak":
@@ -354,6 +376,8 @@ class TreePeak:
             self._base[pid] = mem[0]
         # re-read the counters after the resets: faults of children reaped until now are not the call's
         self._before = {pid: self._same(proc) for pid, proc in self._before.items()}
+        if self.referenced:
+            self._io = {pid: _io_bytes(pid) or 0 for pid in self._before}
         return self
 
     def _same(self, proc: _Proc) -> _Proc:
@@ -375,10 +399,10 @@ class TreePeak:
                 raise MeasurementError(f"process {pid} of the measured tree ended during the measurement")
             per[pid] = max(0, mem[1] - self._base[pid]) + PAGE_BYTES * max(0, now.child_faults - proc.child_faults)
             if self.referenced:
-                touched = _referenced(pid)
-                if touched is None:
+                touched, moved = _referenced(pid), _io_bytes(pid)
+                if touched is None or moved is None:
                     raise MeasurementError(f"process {pid} of the measured tree ended during the measurement")
-                per[pid] = max(per[pid], touched)
+                per[pid] = max(per[pid], touched + max(0, moved - self._io[pid]))
         for pid, proc in after.items():
             if pid in self._before and proc.started == self._before[pid].started:
                 continue
@@ -387,6 +411,8 @@ class TreePeak:
             mem = _memory(pid)  # born during the call: all of it is the call's
             peak = mem[1] if mem is not None else PAGE_BYTES * proc.faults  # a zombie: its faults
             per[pid] = peak + PAGE_BYTES * proc.child_faults
+            if self.referenced:
+                per[pid] += _io_bytes(pid) or 0  # everything it moved, it moved during the call
         self.bytes = sum(per.values())
 
 

@@ -6,8 +6,10 @@
   ``RemoteSession.memory_root``, and its descendants), the judge calls the student's function
   through the socket, and two things are read from the host's ``/proc``: the growth of the
   processes' peaks, and what the call touched (every page of a writable mapping it referenced,
-  less an idle round trip's pages: ``_measured_call``). Memory prepared before the call and reused
-  in it is touched, so it is charged (``_TOUCHED_ABSOLUTE``). Nothing in the kernel
+  less an idle round trip's pages, at most ``_ROUND_TRIP_CAP`` of them: ``_measured_call``). Memory
+  prepared before the call and reused in it is touched, so it is charged (``_TOUCHED_FORWARD``): the
+  lengths are chosen so that a T x T matrix kept there, behind a faked idle trip too, is over that
+  rule at every length drawn (of 1-, 2- or 4-byte entries in the forward, 2 or 4 in the backward). Nothing in the kernel
   (``mlbook_helpers.measure``, ``tracemalloc``, a torch mode, ``sys.gettrace``) takes part or can
   tell that it is measured, so an answer that behaves differently when it detects a measurement
   is measured doing what it does. The sandbox's allocator returns large freed blocks to the
@@ -21,8 +23,9 @@
 - Every measured call's OUTPUT is checked against the grader's reference: a call whose result
   is wrong earns nothing, however little memory it used.
 - What is decided is how the peak GROWS, not a constant factor. Each function is measured at
-  two lengths T1 < T2 (T1 about 2,000 and T2 about 2 T1 for the forward, 1,300 and 2,600 for
-  the backward) with the chunk size fixed, causal and not, with d_k, d_v of 4 or 5, so that the
+  two lengths T1 < T2 (T2 about 2 T1: 6,601 to 7,711 in the forward, 4,801 to 5,434 in the backward,
+  ``_FORWARD_T1``, ``_BACKWARD_T1``) with
+  the chunk size fixed, causal and not, with d_k, d_v of 4 or 5, so that the
   (T, d) inputs, outputs and running state grow by a few hundred bytes per token, far less than
   any (T, chunk_size) matrix (an unmeasured call at T1 comes first: first-use costs are not the
   call's). The lab forbids the T x T matrix (of scores, weights or a mask) in both functions,
@@ -34,8 +37,9 @@
   per added token (forward, chunk sizes 384 to 512) or 1/4 of a float32 T x T matrix's growth
   (backward). A float64 copy of the inputs, float64 tiles or a (T, d) state for all queries
   change the constant and the growth by O(d) bytes per token, and pass with a margin of 3x or
-  more (measured in the sandbox: at most about 310 bytes per token against a limit of 770 or
-  more, and 1,500 against 3,600 or more in the backward). Over its limit, the forward is measured
+  more (measured in the sandbox at lengths near half today's: at most about 310 bytes per token
+  against a limit of 770 or more, and 1,500 in the backward, whose limit, T1 + T2 bytes per token,
+  is now 7,200 or more). Over its limit, the forward is measured
   once more at T2 with half the chunk size: a T x T matrix does not shrink, (T, chunk_size)
   matrices halve, and the message names which it is. Messages quote the growth measured at
   each length, per added token, and its growth exponent.
@@ -60,6 +64,9 @@ from ._common import f32, grads, out_lse
 
 __all__ = ["memory_root", "check_chunked_memory", "check_backward_memory"]
 
+# The smaller length T1 of each function's memory runs (T2 is about 2 T1): forward T2 6,601-7,711, backward
+# 4,801-5,434 (the backward's calls cost more: its alternatives must finish within the cell's time limit)
+_FORWARD_T1, _BACKWARD_T1 = (3300, 3600), (2400, 2700)
 _MEM_D = (4, 5)  # head widths of the memory runs: (T, d) inputs, outputs and state stay far below a (T, c) matrix
 _MEM_TOL = float_tolerance(torch.float32, loose=True)  # a measured call's float32 output against the float64 reference
 _MEM_ATTEMPTS = 3  # each size is measured again (up to 3 times) while a limit is passed; the smallest counts
@@ -68,16 +75,18 @@ _TT_ABSOLUTE = 1 / 4  # the growth at T2 stays below 1/4 of one float32 T2 x T2 
 _TT_FRACTION = 1 / 4  # backward: the growth from T1 to T2 stays below 1/4 of one float32 T x T matrix's growth
 _TC_FRACTION = 1 / 2  # forward: the growth from T1 to T2 stays below half a float32 (T, c) matrix per added token
 _TC_SEEN = 1 / 4  # a forward over its limit holds (T, c) matrices when halving c removes 1/4 of one or more
-# What a sandboxed call TOUCHED (its referenced pages, less an idle round trip's) stays below 3/8 of one
-# float32 T2 x T2 matrix. Looser than the peak rules: touched pages are noisy (an honest call's excess
-# over the idle trip was 0.8-5.5 MB at T2 ~ 4,000, sandboxed, two workers), so only the absolute rule
-# reads them; the growth rules read the precise peak growth. A T x T matrix built in memory prepared
-# earlier is all touched: 100 % of the matrix against 37.5 %.
-_TOUCHED_ABSOLUTE = 3 / 8
+# What a sandboxed call TOUCHED (its referenced pages and the bytes it moved through files, less an idle
+# round trip's, at most _ROUND_TRIP_CAP of it) stays below 1/8 of one float32 T2 x T2 matrix in the forward
+# (half a byte per entry) and 1/4 in the backward (one byte per entry, at its shorter lengths). Touched
+# pages are noisy (the idle trip alone moves by 4-10 MB), so only this absolute rule reads them; the
+# growth rules read the precise peak growth. A T x T matrix kept in memory prepared before the call is
+# all touched, and even behind a faked idle trip (the cap taken off) it is over the rule at every length
+# drawn (test_memory_attacks): in the forward with 1-byte entries too (a bool mask), in the backward with
+# 2-byte (float16) and 4-byte ones. Correct answers were charged at most about 10 MB
+# (benchmarks/memory_margins.py, sandboxed), against rules of 21.8 MB or more.
+_TOUCHED_FORWARD, _TOUCHED_BACKWARD = 1 / 8, 1 / 4
 # The most an idle round trip's pages may take off a call's touched pages (honest idle trips measured
-# 3.6-7.3 MB). The kernel is the student's, so the idle trip can be faked; what it could hide is at most
-# this: of the smallest float32 T2 x T2 matrix measured (the backward's, T2 >= 2,401: 23 MB) 14.7 MB
-# still shows, over the rule's 8.6 MB.
+# 3.6-7.6 MB). The kernel is the student's, so the idle trip can be faked: what it hides is at most this.
 _ROUND_TRIP_CAP = 8 * 2**20
 
 
@@ -120,27 +129,30 @@ def _measured_call(fn: Callable, args: tuple, kwargs: dict, what: str, root: int
     The peak growth counts what the call newly makes resident. What it touched counts, sandboxed, every
     page of a writable mapping it read or wrote (``referenced=True``), wherever and whenever that page
     was allocated: memory prepared before the call (a global buffer, an mmap, a child's array) and
-    reused in it. A round trip to the kernel touches pages of its own (the socket, the decoded
+    reused in it, and the bytes it read or wrote through system calls (a file in the sandbox's tmpfs). A round trip to the kernel touches pages of its own (the socket, the decoded
     arguments, the interpreter's heap: 3.6-8 MB whatever T), so an idle call of the kernel's own with the
     same tensors (``torch.atleast_1d``, which only hands them back) is measured first and taken off, up
     to ``_ROUND_TRIP_CAP``: the kernel is the student's, and an answer that replaced
     ``torch.atleast_1d`` with something touching its prepared buffer would otherwise hide that buffer
-    in the baseline. In-process (the seeded-draw tests, plain nbgrader), where this process is also
-    the grader's, what it touched is its peak growth.
+    in the baseline. What was touched is not the peak growth: memory allocated and freed during the
+    call is the growth rules' (they see it, and the backward's (T, chunk_size) slices are allowed
+    there), while memory prepared before the call is still mapped after it, where the touched pages
+    see it. In-process (the seeded-draw tests, plain nbgrader), where this process is also the
+    grader's, the touched pages are not measured (0: the growth rules alone decide).
     """
     sandboxed = root != os.getpid()
     if not sandboxed:
         # the call runs here: this process's older children (a test runner's browser) are not the call's
         with procmem.TreePeak(root, only_new_descendants=True) as peak:
             got = call_student(fn, *args, what=what, **kwargs)
-        return got, peak.bytes, peak.bytes
+        return got, peak.bytes, 0
     echo = helper("torch:atleast_1d")
     tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
     with procmem.TreePeak(root, referenced=True) as idle:
         echo(*tensors)
     with procmem.TreePeak(root) as grown, procmem.TreePeak(root, referenced=True) as touched:
         got = call_student(fn, *args, what=what, **kwargs)
-    return got, grown.bytes, max(grown.bytes, touched.bytes - min(idle.bytes, _ROUND_TRIP_CAP))
+    return got, grown.bytes, max(0, touched.bytes - min(idle.bytes, _ROUND_TRIP_CAP))
 
 
 def _growth_report(peaks: dict[int, int]) -> str:
@@ -155,22 +167,24 @@ def _growth_report(peaks: dict[int, int]) -> str:
             f"T={T1:,} and by {format_bytes(p2)} at T={T2:,}: {per_token:+,.0f} bytes per added token, {exponent}")
 
 
-def _over_limit(peaks: dict[int, int], per_token: float, touched: dict[int, int] | None = None) -> float:
+def _over_limit(peaks: dict[int, int], per_token: float, touched: dict[int, int] | None = None,
+                touched_rule: float = _TOUCHED_FORWARD) -> float:
     """How far the memory goes past its limits, the largest of three ratios (at least 1: over the limit):
     the peak growth at the larger length against 1/4 of one float32 T x T matrix, the peak growth from
     the smaller length to the larger against ``per_token`` bytes per added token, and what the call
-    touched at the larger length against 3/8 of one float32 T x T matrix. NaN counts as over."""
+    touched at the larger length against ``touched_rule`` of one float32 T x T matrix. NaN counts as over."""
     (T1, p1), (T2, p2) = sorted(peaks.items())
     ratio = max(p2 / (_TT_ABSOLUTE * 4 * T2 * T2), (p2 - p1) / (per_token * (T2 - T1)))
     if touched is not None:
-        ratio = max(ratio, touched[T2] / (_TOUCHED_ABSOLUTE * 4 * T2 * T2))
+        ratio = max(ratio, touched[T2] / (touched_rule * 4 * T2 * T2))
     return ratio if ratio == ratio else math.inf
 
 
 def _touched_report(touched: dict[int, int]) -> str:
     """What the calls touched, for a message (prepared memory reused in the call counts)."""
     (T1, t1), (T2, t2) = sorted(touched.items())
-    return (f"the pages your calls touched (read or written, wherever they were allocated, less an idle round trip's) "
+    return (f"the pages your calls touched (read or written, wherever they were allocated) and the bytes they read or "
+            f"wrote through files, less an idle round trip's, "
             f"came to {format_bytes(t1)} at T={T1:,} and {format_bytes(t2)} at T={T2:,}")
 
 
@@ -181,13 +195,13 @@ def _memory_sizes(rng: np.random.Generator, low: int, high: int, chunk: int) -> 
 
 
 def _measure_sizes(fn: Callable, cases: dict[int, tuple[tuple, dict, Callable[[Any, str], None]]], what: Callable,
-                   per_token: float, root: int) -> tuple[dict[int, int], dict[int, int], bool]:
+                   per_token: float, root: int, touched_rule: float) -> tuple[dict[int, int], dict[int, int], bool]:
     """Measure one call per length (again, up to _MEM_ATTEMPTS, while over the limit), each call's output checked.
 
     Args:
         cases: T -> (args, kwargs, check) where ``check(result, what)`` fails a wrong result.
         what: T -> the call's description.
-        per_token: the limit of ``_over_limit``.
+        per_token, touched_rule: the limits of ``_over_limit``.
     Returns:
         (T -> the smallest peak growth measured, T -> the fewest bytes touched, whether it is over a limit).
     """
@@ -198,7 +212,7 @@ def _measure_sizes(fn: Callable, cases: dict[int, tuple[tuple, dict, Callable[[A
             got, grown, touch = _measured_call(fn, args, kwargs, what(T), root)
             check(got, what(T))  # a wrong result earns nothing, however little memory it used
             peaks[T], touched[T] = min(peaks[T], grown), min(touched[T], touch)
-        ratio = _over_limit(peaks, per_token, touched)
+        ratio = _over_limit(peaks, per_token, touched, touched_rule)
         if ratio < 1:  # within the limit; over it, measure again: a T x T matrix is there every time, a spike is not
             break
     return {T: int(p) for T, p in peaks.items()}, {T: int(t) for T, t in touched.items()}, not (ratio < 1)
@@ -233,7 +247,7 @@ def _reference_rows(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
 
 def _chunked_memory_case(fn: Callable, rng: np.random.Generator, causal: bool, root: int) -> None:
     c = int(rng.integers(384, 513))
-    T1, T2 = _memory_sizes(rng, 1900, 2200, c)
+    T1, T2 = _memory_sizes(rng, *_FORWARD_T1, c)
     d, d_v = (int(rng.integers(_MEM_D[0], _MEM_D[1] + 1)) for _ in range(2))
     cases = {}
     for T in (T1, T2):
@@ -255,7 +269,7 @@ def _chunked_memory_case(fn: Callable, rng: np.random.Generator, causal: bool, r
     with _allocator_settled(root):
         args, kwargs, check = cases[T1]
         check(call_student(fn, *args, what=call(T1), **kwargs), call(T1))  # warm-up: first-use costs are not the call's
-        peaks, touched, over = _measure_sizes(fn, cases, call, _TC_FRACTION * 4 * c, root)
+        peaks, touched, over = _measure_sizes(fn, cases, call, _TC_FRACTION * 4 * c, root, _TOUCHED_FORWARD)
         if not over:
             return
         what = f"memory of chunked_attention(chunk_size={c}, causal={causal}, d={d})"
@@ -263,7 +277,7 @@ def _chunked_memory_case(fn: Callable, rng: np.random.Generator, causal: bool, r
             fail(what, f"{_touched_report(touched)}; one float32 T x T matrix is {format_bytes(4 * T2 * T2)} at "
                        f"T={T2:,}, and your peak memory hardly grew",
                  "Your call reads or writes that much memory that it did not allocate: a T x T matrix kept in a buffer "
-                 "made before the call (a global tensor or array, a cache) still counts. Compute each "
+                 "made before the call (a global tensor or array, a cache) or in a file still counts. Compute each "
                  "chunk_size x chunk_size block of scores when you need it.")
         # Over the limit: a T x T matrix does not shrink with the chunk size, a (T, c) one halves with it.
         half = c // 2
@@ -316,7 +330,7 @@ def _backward_reference_rows(q, k, v, dout, causal: bool, rows: int = 256):
 def check_backward_memory(fn: Callable, rng: np.random.Generator, causal: bool, root: int) -> None:
     """attention_backward_from_lse's peak memory grows far below a T x T matrix (its (T, chunk_size) slices allowed)."""
     c = int(rng.integers(28, 37))  # (T, c) slices are allowed here; at this c they stay small beside T x T
-    T1, T2 = _memory_sizes(rng, 1200, 1400, c)
+    T1, T2 = _memory_sizes(rng, *_BACKWARD_T1, c)
     d, d_v = (int(rng.integers(_MEM_D[0], _MEM_D[1] + 1)) for _ in range(2))
     cases = {}
     for T in (T1, T2):
@@ -337,7 +351,7 @@ def check_backward_memory(fn: Callable, rng: np.random.Generator, causal: bool, 
     with _allocator_settled(root):
         args, kwargs, check = cases[T1]
         check(call_student(fn, *args, what=call(T1), **kwargs), call(T1))  # warm-up: first-use costs are not the call's
-        peaks, touched, over = _measure_sizes(fn, cases, call, _TT_FRACTION * 4 * (T1 + T2), root)
+        peaks, touched, over = _measure_sizes(fn, cases, call, _TT_FRACTION * 4 * (T1 + T2), root, _TOUCHED_BACKWARD)
     if over:
         fail(f"memory of attention_backward_from_lse(chunk_size={c}, causal={causal}, d={d})",
              f"{_growth_report(peaks)}; {_touched_report(touched)}; one float32 T x T matrix is "
