@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from ...kit import (array, ask_items, call_student, close, compare, data_array, diagnose, dtype_name, fail, first_bad,
-                    fresh_rng, given)
+                    fresh_rng, given, like)
 from ._common import view_error
 
 __all__ = ["check_apply_rope", "check_rope_step", "rope_reference"]
@@ -205,6 +205,19 @@ def _position_used(got: np.ndarray, q, k, cache, layout: str, which: int) -> int
     return None
 
 
+# The grader's apply_rope, lent by ``kit.given`` to ``rope_step_scores`` (one mistake, one loss): a
+# mistake in apply_rope costs apply_rope's cells alone. It takes what a student's code may pass and
+# answers in the kind and float precision it was given (``kit.like``).
+def graders_apply_rope(x, positions, layout="interleaved", base=10000.0):
+    """apply_rope: (..., T, d) x, (T,) integer positions -> (..., T, d) rotated, in x's dtype."""
+    if layout not in ("interleaved", "half"):
+        raise ValueError(f"layout must be 'interleaved' or 'half', not {layout!r}")
+    values, pos = data_array(x), data_array(positions)
+    if values is None or pos is None:
+        raise TypeError("apply_rope expects a tensor x and a tensor of positions")
+    return like(rope_reference(values.astype(np.float64), pos.reshape(-1), layout, float(base)), x)
+
+
 def _position_message(p: int, t: int, what: str) -> str:
     return (f"the new {what} was rotated by position {p}, but with t = {t} cached keys (positions 0..t-1) the new "
             f"token's 0-based position is t = k_cache.shape[-2], the length of the cache's time axis")
@@ -212,8 +225,6 @@ def _position_message(p: int, t: int, what: str) -> str:
 
 def check_rope_step(rope_step_scores: Callable) -> None:
     """rope_step_scores(q_new, k_new, k_cache, layout) for caches of 0, a few and many keys."""
-    from .graders import graders_apply_rope  # graders imports this module's rope_reference
-
     # the step alone: the apply_rope it calls is the grader's (a wrong apply_rope costs its own cells)
     rope_step_scores = given(rope_step_scores, apply_rope=graders_apply_rope)
     rng = fresh_rng()
