@@ -4,10 +4,11 @@ Each attack makes a buffer resident BEFORE the measured call (at import, as a gl
 touches it during the call; the peak-growth measurement alone misses it, the referenced-pages
 measurement does not. A correct bystander (fresh, small work) measured the same way stays small.
 Through the pipeline, lab 6 is graded in the sandbox with the T x T scores kept in such buffers (a
-torch tensor, a NumPy array, a bytearray, anonymous and file-backed mmaps, C memory from ctypes, a
-buffer filled by another cell, a child process that does the work, a float16 copy behind a faked
+torch tensor, a NumPy array, a bytearray, an anonymous mmap, C memory from ctypes, a buffer filled by
+another cell, a child process that does the work, a float16 copy behind a faked
 round-trip baseline) or in a tmpfs file written and read back, beside correct bystanders: each
-loses exactly the memory points.
+loses exactly the memory points. A file-backed mmap is tested here at the procmem level only: the
+sandbox's tmpfs cannot hold a T x T score file at lab 6's lengths.
 """
 
 import ctypes
@@ -163,11 +164,6 @@ _PREPARED = {  # name -> code that makes a buffer resident when its cell runs, a
                        "def _scores_view(n, dtype):\n    return _RAW.view(dtype)[:n]\n"),
     "anonymous-mmap": ("import mmap as _mm, torch as _t\n_RAW = _mm.mmap(-1, _BUF_BYTES)\n_RAW.write(b'\\1' * _BUF_BYTES)\n"
                        "def _scores_view(n, dtype):\n    return _t.frombuffer(_RAW, dtype=dtype)[:n]\n"),
-    # a file in the sandbox's writable tmp, mapped shared and filled before the call
-    "file-backed-mmap": ("import mmap as _mm, tempfile as _tf, torch as _t\n_FILE = _tf.TemporaryFile()\n"
-                         "_FILE.truncate(_BUF_BYTES)\n_RAW = _mm.mmap(_FILE.fileno(), _BUF_BYTES)\n"
-                         "_RAW.write(b'\\1' * _BUF_BYTES)\n"
-                         "def _scores_view(n, dtype):\n    return _t.frombuffer(_RAW, dtype=dtype)[:n]\n"),
     # memory from the C library, outside Python's and torch's allocators, filled by ctypes
     "ctypes-malloc": ("import ctypes as _ct, torch as _t\n_libc = _ct.CDLL(None)\n_libc.malloc.restype = _ct.c_void_p\n"
                       "_libc.malloc.argtypes = [_ct.c_size_t]\n_ADDR = _libc.malloc(_BUF_BYTES)\n"
@@ -247,10 +243,10 @@ def _attack_cells(answers: dict[str, str]) -> dict[str, dict[str, str]]:
     """name -> the answer cells an attack replaces (the reference's answers: ``answers``)."""
     cell = "chunked_attention"
     attacks = {name: {cell: _prepared_answer(answers[cell], prepared)} for name, prepared in _PREPARED.items()}
-    # the sandbox's tmpfs (256 MiB, shared with the home folder) cannot hold a float32 T2 x T2 file: a
-    # float16 copy of the scores is kept in the mapped file instead (half the size)
-    attacks["file-backed-mmap"] = {cell: _float16_answer(answers[cell], _PREPARED["file-backed-mmap"].replace(
-        "_BUF_BYTES", "(_BUF_BYTES // 2)"))}
+    # Not here: a file-backed mmap. The sandbox's tmpfs (256 MiB, shared with the home folder) cannot
+    # hold a T2 x T2 score file at these lengths, so the attack fails chunked_attention's other checks
+    # too (its own failure, not the grader's); the touched-pages count of a mapped file is tested at the
+    # procmem level above (``ATTACKS``).
     attacks["faked-baseline-float16"] = {cell: _float16_answer(answers[cell])}
     # the buffer made and filled by another cell, run earlier: the chunked cell only uses it
     attacks["filled-in-another-cell"] = {

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from mlbook.authoring.catalogue import _reference_answers, _repository_source
+from mlbook.labs import _reference_answers, _repository_source
 from mlbook.labs import load_catalogue
 from mlbook.course import Course
 from mlbook.labs import lab_module
