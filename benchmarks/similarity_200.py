@@ -11,7 +11,6 @@ made distinct (a comment naming the student in every code cell, a sentence in ev
 answer), and ``mlbook similarity <lab>`` run as a subprocess in it (imports, intake, comparison,
 HTML, CSV); then the same steps in-process, timed one by one. Prints the seconds."""
 import argparse
-import copy
 import json
 import os
 import subprocess
@@ -22,7 +21,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
-from test_similarity import build_class  # noqa: E402
+from test_similarity import build_class, notebook  # noqa: E402
 
 from mlbook import similarity  # noqa: E402
 
@@ -59,13 +58,7 @@ def build_course(lab: str, root: Path) -> None:
     for sid, name in cycled(sorted(tc.answers)).items():
         cells, reorder = tc.answers[name]
         cells = distinct(cells, code_cells, sid)
-        nb = copy.deepcopy(release)
-        for c in nb["cells"]:
-            gid = (c.get("metadata") or {}).get("nbgrader", {}).get("grade_id")
-            if gid in cells:
-                c["source"] = cells[gid]
-        if reorder:
-            nb["cells"] = nb["cells"][::-1]
+        nb = notebook(release, cells, reorder)
         folder = course.submitted(sid, lab)
         folder.mkdir(parents=True)
         (folder / f"{lab}.ipynb").write_text(json.dumps(nb, indent=1))

@@ -130,6 +130,7 @@ class _Batch:
         self.warnings: dict[tuple[str, str], str] = {}  # (lab, student) -> what a TA should look at
         self.sources: dict[str, str] = {}  # lab -> its source notebook, read once
         self.config = None  # nbgrader's config of the course, loaded once by ``set_up``
+        self.recorder: Recorder | None = None  # the one writer of the gradebook, made by ``set_up``
         self.schedule: _Schedule | None = None
         self.on_attempt: Callable[[Attempt], None] | None = None
         self.bar = None

@@ -96,14 +96,22 @@ def _read(path: str) -> str:
         return f.read()
 
 
-def _stat(pid: int) -> _Proc | None:
-    """One process's /proc/<pid>/stat, or None when it no longer exists."""
+def _proc_file(pid: int, name: str) -> str | None:
+    """``/proc/<pid>/<name>``, or None when the process is gone. MeasurementError when it exists
+    and cannot be read (the grader's failure, never the student's)."""
     try:
-        text = _read(f"/proc/{pid}/stat")
+        return _read(f"/proc/{pid}/{name}")
     except (FileNotFoundError, ProcessLookupError):
         return None
     except OSError as exc:
-        raise MeasurementError(f"cannot read /proc/{pid}/stat: {exc}") from None
+        raise MeasurementError(f"cannot read /proc/{pid}/{name}: {exc}") from None
+
+
+def _stat(pid: int) -> _Proc | None:
+    """One process's /proc/<pid>/stat, or None when it no longer exists."""
+    text = _proc_file(pid, "stat")
+    if text is None:
+        return None
     # "pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt ... starttime"
     fields = text[text.rfind(")") + 2:].split()
     try:
@@ -153,12 +161,9 @@ def _tree(root: int, pruned: frozenset[tuple[int, int]] = frozenset()) -> dict[i
 
 def _memory(pid: int) -> tuple[int, int] | None:
     """(VmRSS, VmHWM) in bytes; None for a process without memory (a zombie) or one that is gone."""
-    try:
-        text = _read(f"/proc/{pid}/status")
-    except (FileNotFoundError, ProcessLookupError):
+    text = _proc_file(pid, "status")
+    if text is None:
         return None
-    except OSError as exc:
-        raise MeasurementError(f"cannot read /proc/{pid}/status: {exc}") from None
     values = {}
     for line in text.splitlines():
         key, _, rest = line.partition(":")
@@ -192,12 +197,9 @@ def _referenced(pid: int) -> int | None:
     Writable only: code and read-only data of the interpreter and its libraries are touched by any
     call and hold no answer's buffer (a buffer a call fills must be writable). MeasurementError when
     ``/proc/<pid>/smaps`` cannot be read or has no ``Referenced:`` lines (a kernel without them)."""
-    try:
-        text = _read(f"/proc/{pid}/smaps")
-    except (FileNotFoundError, ProcessLookupError):
+    text = _proc_file(pid, "smaps")
+    if text is None:
         return None
-    except OSError as exc:
-        raise MeasurementError(f"cannot read /proc/{pid}/smaps: {exc}") from None
     total, writable, seen = 0, False, False
     for line in text.splitlines():
         head = line.split(None, 2)
@@ -220,12 +222,9 @@ def _referenced(pid: int) -> int | None:
 def _io_bytes(pid: int) -> int | None:
     """Bytes ``pid`` has read and written through system calls (``rchar + wchar``, its reaped children's
     included); None for a process that is gone. MeasurementError when ``/proc/<pid>/io`` cannot be read."""
-    try:
-        text = _read(f"/proc/{pid}/io")
-    except (FileNotFoundError, ProcessLookupError):
+    text = _proc_file(pid, "io")
+    if text is None:
         return None
-    except OSError as exc:
-        raise MeasurementError(f"cannot read /proc/{pid}/io: {exc}") from None
     fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
     try:
         return int(fields["rchar"]) + int(fields["wchar"])
