@@ -2,11 +2,11 @@
 
     .venv/bin/python benchmarks/allocator_cost.py [--lab lab05_entropy_collapse] [--notebooks 2] [--rounds 3]
 
-A lab whose hidden checks measure the kernel's memory (``MEASURES_MEMORY``, lab 6) runs its
-sandboxes with glibc set so that resident memory follows what the kernel holds
-(``mlbook.sandbox.bwrap.environment``); every other lab runs with glibc's defaults. This grades
-the same reference notebooks of ``--lab``, sandboxed with warm kernels and one worker, as the lab
-is declared and with its plan marked as measuring memory, in ``--rounds`` rounds that alternate
+A lab whose hidden checks measure the kernel's memory (``SANDBOX_PROFILE = "memory"``, lab 6) runs
+its sandboxes with glibc set so that resident memory follows what the kernel holds
+(``mlbook.sandbox.profiles``); every other lab runs with glibc's defaults. This grades the same
+reference notebooks of ``--lab``, sandboxed with warm kernels and one worker, as the lab is
+declared and with its plan switched to the memory profile, in ``--rounds`` rounds that alternate
 which goes first (so that a shared machine's other load falls on both alike), and prints the
 seconds per notebook of each batch, the medians and their ratio. Run it as root.
 """
@@ -42,7 +42,7 @@ def grade(lab: str, notebooks: int, measures_memory: bool, root: Path) -> list[f
 
     def marked(lab_name, nb):
         plan = build(lab_name, nb)
-        plan.measures_memory = measures_memory or plan.measures_memory
+        plan.sandbox_profile = "memory" if measures_memory else plan.sandbox_profile
         return plan
 
     plans._cache.clear()

@@ -106,12 +106,12 @@ def cmd_check(args) -> int:
 def cmd_autograde(args) -> int:
     from mlbook.grading import GradingOptions, autograde_labs
     from mlbook.labs import settings
-    from mlbook.sandbox import forkserver
+    from mlbook.sandbox import forkserver, profiles
 
     course = _course(args)
     if not args.unsandboxed and not args.scheduler:
-        for measures_memory in {settings(lab).measures_memory for lab in course.resolve_labs(args.labs)}:
-            forkserver.warm_up(measures_memory)  # torch and friends load while the gradebook and submissions are read
+        for name in {settings(lab).sandbox_profile for lab in course.resolve_labs(args.labs)}:
+            forkserver.warm_up(profiles.profile(name))  # torch and friends load while the gradebook and submissions are read
     options = GradingOptions(workers=args.workers, scheduler=args.scheduler, limits=_limits(args),
                              sandboxed=not args.unsandboxed)
     errors = 0

@@ -320,6 +320,17 @@ def schedule_names_real_labs(course: Course) -> list[str]:
             for lab in schedule.labs if lab not in known]
 
 
+def sandbox_profile_exists(course: Course, lab: str, source: NotebookNode) -> list[str]:
+    """The lab's ``SANDBOX_PROFILE`` names a profile the sandbox has (``mlbook.sandbox.profiles``)."""
+    from mlbook.sandbox.profiles import profile
+
+    try:
+        profile(settings(lab).sandbox_profile)
+    except MlbookError as exc:
+        return [str(exc)]
+    return []
+
+
 COURSE_RULES: list[Callable[[Course], list[str]]] = [schedule_is_valid, schedule_names_real_labs]
 
 RULES: list[Rule] = [
@@ -338,6 +349,7 @@ RULES: list[Rule] = [
     helpers_hold_no_solutions,
     release_zip_is_exact,
     lab_is_scheduled,
+    sandbox_profile_exists,
 ]
 
 

@@ -13,9 +13,10 @@ import nbformat
 import pytest
 
 from harness import REPO
-from mlbook.labs import load_catalogue
+from mlbook.errors import MlbookError
+from mlbook.labs import load_catalogue, settings
 from mlbook.authoring.notebooks import fill_answers, read_nb, reference_answers
-from mlbook.sandbox import bwrap, forkserver
+from mlbook.sandbox import bwrap, forkserver, profiles
 from mlbook.sandbox.limits import Limits
 from mlbook.judge.plan import lab_plan
 from mlbook.sandbox.notebook import execute_sandboxed
@@ -111,7 +112,8 @@ def test_only_a_lab_that_measures_memory_runs_with_the_allocator_set_for_it():
         for warm in (True, False):
             env = _probe(warm, lab)["env"]
             assert ("MALLOC_MMAP_THRESHOLD_" in env) == ("MALLOC_TRIM_THRESHOLD_" in env) == measures, (lab, warm, env)
-    assert forkserver.shared(True) is not forkserver.shared(False), "one warm server for both allocator settings"
+    memory, standard = profiles.profile("memory"), profiles.profile("standard")
+    assert forkserver.shared(memory) is not forkserver.shared(standard), "one warm server for both allocator settings"
 
 
 def test_nothing_a_warm_submission_leaves_behind_reaches_the_next():
@@ -154,3 +156,11 @@ def test_warm_kernels_grade_exactly_like_fresh_ones():
                           [_kinds(c.get("outputs", [])) for c in result.notebook.cells if c.cell_type == "code"])
         assert runs[True][0] == runs[False][0], "warm and fresh kernels disagree on a verdict"
         assert runs[True][1] == runs[False][1], "warm and fresh kernels produced different kinds of output"
+
+
+def test_a_lab_naming_an_unknown_sandbox_profile_gets_an_error_naming_the_profiles():
+    with pytest.raises(MlbookError) as raised:
+        profiles.profile("huge-pages")
+    assert "'huge-pages'" in str(raised.value) and "memory" in str(raised.value) and "standard" in str(raised.value)
+    assert {lab: settings(lab).sandbox_profile for lab in ("lab05_entropy_collapse", "lab06_chunked_attention")} == \
+        {"lab05_entropy_collapse": "standard", "lab06_chunked_attention": "memory"}

@@ -25,7 +25,7 @@ import nbformat
 from mlbook.course import Course, student_id_problem
 from mlbook.errors import MlbookError
 from mlbook.nbgrader_env import api_with, load_config
-from mlbook.sandbox import bwrap, forkserver
+from mlbook.sandbox import bwrap, forkserver, profiles
 from mlbook.sandbox.limits import Limits
 from mlbook.judge.plan import plan_from_text
 from mlbook.labs import settings
@@ -159,8 +159,8 @@ class _Batch:
         if options.sandboxed and (problem := bwrap.problem()):
             raise MlbookError(f"cannot start the grading sandbox: {problem}")
         if options.sandboxed and not options.scheduler:
-            for measures_memory in {settings(lab).measures_memory for lab, _ in self.todo}:
-                forkserver.warm_up(measures_memory)  # preloads while the first submissions are prepared
+            for name in {settings(lab).sandbox_profile for lab, _ in self.todo}:
+                forkserver.warm_up(profiles.profile(name))  # preloads while the first submissions are prepared
         self.config = load_config(course)
         self.recorder = Recorder(course, self.config)
         labs = list(dict.fromkeys(lab for lab, _ in self.todo))

@@ -18,7 +18,8 @@ Each lab may declare in ``mlbook/labs/<lab>/__init__.py``:
   kernel still needs the hidden checks of the functions behind them;
 - ``NOT_REPLAYED``: test cells whose code cannot run outside the kernel (they hand a grader
   object to a student's function); they are decided by their covering cells alone;
-- ``MEASURES_MEMORY``: its checks measure the kernel's memory (the sandbox is set up for it).
+- ``SANDBOX_PROFILE``: the sandbox its notebooks run in, by name (``mlbook.sandbox.profiles``;
+  lab 6's ``"memory"``: its checks measure the kernel's memory from outside).
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ class LabPlan:
     cells: dict[str, CellPlan]
     prelude: list[ast.stmt] = field(default_factory=list)  # trusted imports and defs, in order
     prelude_code: object = None  # compiled when the plan is built
-    measures_memory: bool = False  # the lab's MEASURES_MEMORY
+    sandbox_profile: str = "standard"  # the lab's SANDBOX_PROFILE (mlbook.sandbox.profiles)
 
     def fresh_namespace(self, lookup) -> "KernelNamespace":
         ns = KernelNamespace(lookup)
@@ -176,4 +177,4 @@ def _build(lab: str, nb) -> LabPlan:
     prelude = _prelude(nb)
     module = ast.fix_missing_locations(ast.Module(body=list(prelude), type_ignores=[]))
     return LabPlan(lab, cells, prelude, pyast.compile_tree(module, f"<{lab} given cells>"),
-                   measures_memory=declared.measures_memory)
+                   sandbox_profile=declared.sandbox_profile)

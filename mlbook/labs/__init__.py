@@ -15,11 +15,12 @@
       answer cell -> library names the task forbids, flagged for a TA (``mlbook.grading.policy``).
   ``EXTRA_FILES``
       files besides the notebook a submission may hand in and the grader takes in (none today).
-  ``MEASURES_MEMORY``
-      True when hidden checks measure the kernel's memory from outside (``mlbook.sandbox.procmem``):
-      only then does the sandbox set the allocator so that resident memory follows what the kernel
-      holds (``mlbook.sandbox.bwrap.environment``), a setting that slows allocation-heavy notebooks,
-      and only then does a check learn the sandbox's root pid.
+  ``SANDBOX_PROFILE``
+      the name of the sandbox its notebooks run in (default ``"standard"``; what each name means:
+      ``mlbook.sandbox.profiles``). ``"memory"`` is for hidden checks that measure the kernel's
+      memory from outside (``mlbook.sandbox.procmem``): only there does the sandbox set the
+      allocator so that resident memory follows what the kernel holds, a setting that slows
+      allocation-heavy notebooks, and only there does a check learn the sandbox's root pid.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ class LabSettings:
     not_replayed: frozenset[str]
     forbidden_calls: dict[str, tuple[str, ...]]
     extra_files: tuple[str, ...]
-    measures_memory: bool = False
+    sandbox_profile: str = "standard"
 
 
 def lab_module(lab: str, name: str | None = None) -> ModuleType:
@@ -79,7 +80,7 @@ def settings(lab: str) -> LabSettings:
         not_replayed=frozenset(getattr(module, "NOT_REPLAYED", ())),
         forbidden_calls={gid: tuple(names) for gid, names in getattr(module, "FORBIDDEN_CALLS", {}).items()},
         extra_files=extra,
-        measures_memory=bool(getattr(module, "MEASURES_MEMORY", False)),
+        sandbox_profile=str(getattr(module, "SANDBOX_PROFILE", "standard")),
     )
 
 

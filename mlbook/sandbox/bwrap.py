@@ -41,6 +41,7 @@ from pathlib import Path
 from mlbook_kernel import seccomp
 
 from mlbook.errors import MlbookError
+from mlbook.sandbox.profiles import STANDARD, SandboxProfile
 
 UID_RANGE = (2**20, 2**31 - 2**16)  # sandbox user ids when the grader is root: far above any real user
 SOCKET = "/run/mlbook/judge.sock"
@@ -186,33 +187,18 @@ def _parents(path: Path, made: set[str]) -> list[str]:
     return args
 
 
-def environment(threads: int = 1, measures_memory: bool = False) -> dict[str, str]:
-    """The sandbox's whole environment (bwrap starts from an empty one).
-
-    With ``measures_memory`` (a lab whose checks measure the kernel's memory from outside,
-    ``mlbook.sandbox.procmem``), two ``MALLOC_*`` settings make the kernel's resident memory
-    follow what it holds. They cost: every block of 128 KiB or more becomes a fresh mapping,
-    faulted in page by page, and lab 5's training loops (activations of 256 KiB) ran about 1.5x
-    slower with them (cells of 54 s instead of 27 s, this 2-core machine under test load), so
-    the other labs run with glibc's defaults. What they do: glibc mmaps every block from
-    128 KiB up and unmaps it when freed, and gives free memory at the top of its heap back beyond
-    128 KiB (their cost, and why not larger: ``procmem.MMAP_THRESHOLD``). Setting the mmap
-    threshold also stops glibc from raising it after a large block is freed (its default), after
-    which later blocks up to 32 MiB would come from heap memory that stays resident, and a large
-    allocation would not show. A fork server's environment is this one too, so warm kernels
-    inherit the settings (glibc reads them when a process starts): one server per setting.
+def environment(threads: int = 1, profile: SandboxProfile = STANDARD) -> dict[str, str]:
+    """The sandbox's whole environment (bwrap starts from an empty one), with ``profile``'s
+    allocator settings (``mlbook.sandbox.profiles``; none in the standard profile). A fork server's
+    environment is this one too, so warm kernels inherit the settings: one server per profile.
     """
-    from mlbook.sandbox.procmem import MMAP_THRESHOLD, TRIM_THRESHOLD
-
     venv_bin = str(Path(sys.prefix) / "bin")
     threads_s = str(threads)
-    allocator = {"MALLOC_MMAP_THRESHOLD_": str(MMAP_THRESHOLD), "MALLOC_TRIM_THRESHOLD_": str(TRIM_THRESHOLD)} \
-        if measures_memory else {}
     return {"PATH": f"{venv_bin}:/usr/bin:/bin", "HOME": HOME, "TMPDIR": "/tmp", "LANG": "C.UTF-8",
             "MPLCONFIGDIR": "/tmp/matplotlib", "IPYTHONDIR": f"{HOME}/.ipython", "PYTHONDONTWRITEBYTECODE": "1",
             "JUPYTER_RUNTIME_DIR": "/tmp/jupyter-runtime", "MLBOOK_PROBE_SOCKET": SOCKET,
             "OMP_NUM_THREADS": threads_s, "MKL_NUM_THREADS": threads_s, "OPENBLAS_NUM_THREADS": threads_s,
-            **allocator}
+            **profile.allocator}
 
 
 def problem() -> str | None:

@@ -1,9 +1,9 @@
 """The grader's side of the fork server (``mlbook_kernel.forkserver``): start it once, ask it for forks.
 
-One fork server per grading process and allocator setting (a ``LocalExecutor``'s threads share
-it; each Dask worker process starts its own; a lab that measures memory needs the allocator set
-as ``bwrap.environment(measures_memory=True)`` says, which warm kernels inherit, so it has a
-server of its own), started on first use and stopped at exit. It needs root, because its
+One fork server per grading process and sandbox profile (a ``LocalExecutor``'s threads share
+it; each Dask worker process starts its own; warm kernels inherit their server's environment,
+and a profile's allocator settings are part of it: ``mlbook.sandbox.profiles``), started on first
+use and stopped at exit. It needs root, because its
 forks join a sandbox's namespaces and then become the sandbox user; without root (bubblewrap in
 a user namespace) or when it cannot start, ``shared()`` returns None and each submission starts
 its own interpreter in the sandbox. ``MLBOOK_FORKSERVER=0`` turns it off.
@@ -24,22 +24,23 @@ import threading
 from mlbook_kernel.forkserver import CONTROL_FD
 
 from mlbook.sandbox import bwrap
+from mlbook.sandbox.profiles import STANDARD, SandboxProfile
 
 __all__ = ["ForkServer", "shared", "warm_up", "CONTROL_FD"]
 
 READY_SECONDS = 180  # preloading torch and friends on a loaded laptop
 _lock = threading.Lock()
-_servers: "dict[bool, ForkServer]" = {}  # measures_memory -> its server
-_failed: dict[bool, str] = {}
+_servers: "dict[str, ForkServer]" = {}  # profile name -> its server
+_failed: dict[str, str] = {}  # profile name -> why its server could not start
 
 
 class ForkServer:
     """A running ``mlbook_kernel.forkserver`` and the socket to it (requests are serialized)."""
 
-    def __init__(self, measures_memory: bool = False) -> None:
+    def __init__(self, profile: SandboxProfile = STANDARD) -> None:
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self._home = tempfile.mkdtemp(prefix="mlbook-forkserver-")
-        env = {**bwrap.environment(measures_memory=measures_memory), "MPLCONFIGDIR": os.path.join(self._home, "matplotlib"),
+        env = {**bwrap.environment(profile=profile), "MPLCONFIGDIR": os.path.join(self._home, "matplotlib"),
                "HOME": self._home, "TMPDIR": self._home, "MPLBACKEND": "module://matplotlib_inline.backend_inline"}
         env.pop("MLBOOK_PROBE_SOCKET", None)
         self._log = tempfile.TemporaryFile()
@@ -107,33 +108,33 @@ class ForkServer:
         shutil.rmtree(self._home, ignore_errors=True)
 
 
-def shared(measures_memory: bool = False) -> ForkServer | None:
-    """This process's fork server for the allocator setting, started on first use; None where it cannot be used."""
+def shared(profile: SandboxProfile = STANDARD) -> ForkServer | None:
+    """This process's fork server for ``profile``, started on first use; None where it cannot be used."""
     if not _wanted():
         return None
     with _lock:
-        server = _servers.get(measures_memory)
+        server = _servers.get(profile.name)
         if server is not None and not server.alive():
             server = None  # it died (killed by the OOM killer, say): start a new one
-        if server is None and measures_memory not in _failed:
+        if server is None and profile.name not in _failed:
             try:
-                server = ForkServer(measures_memory)
+                server = ForkServer(profile)
                 atexit.register(server.close)
             except (OSError, RuntimeError) as exc:
-                _failed[measures_memory] = str(exc)
+                _failed[profile.name] = str(exc)
                 print(f"mlbook: warm kernels unavailable ({exc}); each notebook starts its own interpreter",
                       file=sys.stderr)
         if server is None:
-            _servers.pop(measures_memory, None)
+            _servers.pop(profile.name, None)
         else:
-            _servers[measures_memory] = server
+            _servers[profile.name] = server
         return server
 
 
-def warm_up(measures_memory: bool = False) -> None:
-    """Start this process's fork server for the setting in the background (``shared()`` waits for it)."""
-    if _wanted() and measures_memory not in _servers:
-        threading.Thread(target=shared, args=(measures_memory,), name="forkserver-warm-up", daemon=True).start()
+def warm_up(profile: SandboxProfile = STANDARD) -> None:
+    """Start this process's fork server for ``profile`` in the background (``shared()`` waits for it)."""
+    if _wanted() and profile.name not in _servers:
+        threading.Thread(target=shared, args=(profile,), name="forkserver-warm-up", daemon=True).start()
 
 
 def _wanted() -> bool:

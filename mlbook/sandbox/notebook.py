@@ -29,9 +29,10 @@ from pathlib import Path
 import nbformat
 from nbformat import NotebookNode
 
-from mlbook.sandbox import bwrap, forkserver
+from mlbook.sandbox import bwrap, forkserver, profiles
 from mlbook.judge.server import Judge, Verdict
 from mlbook.sandbox.limits import Limits
+from mlbook.sandbox.profiles import SandboxProfile
 from mlbook.judge.plan import LabPlan
 
 
@@ -70,12 +71,13 @@ def execute_sandboxed(nb: NotebookNode, plan: LabPlan, limits: Limits = Limits()
         # by the runner alone (never by its kernel); the judge admits sessions by its reports.
         control, runner_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         sandbox = _Sandbox()
+        profile = profiles.profile(plan.sandbox_profile)
         with Judge(plan, sock, call_timeout=limits.cell_seconds + 30, control=control,
                    test_cells=test_cell_indices(instrumented, plan),
-                   memory_root=(lambda: sandbox.pid) if plan.measures_memory else (lambda: None)) as judge:
+                   memory_root=(lambda: sandbox.pid) if profile.measures_memory else (lambda: None)) as judge:
             try:
                 raw, error, log = _run_runner(submission, sock, limits, sandboxed, warm, runner_end, sandbox,
-                                              plan.measures_memory)
+                                              profile)
             finally:
                 runner_end.close()
             judge.close(wait=5.0)
@@ -145,23 +147,22 @@ def _runner_args(notebook: str, limits: Limits, control_fd: int) -> list[str]:
 
 
 def _run_runner(submission: Path, sock: Path, limits: Limits, sandboxed: bool, warm: bool, control: socket.socket,
-                sandbox: _Sandbox, measures_memory: bool) -> tuple[bytes, str | None, str]:
+                sandbox: _Sandbox, profile: SandboxProfile) -> tuple[bytes, str | None, str]:
     """Run the runner (in bubblewrap unless opted out); return (stdout of --out-fd, error, stderr).
 
     In a sandbox, the runner is a warm fork from the fork server when one is available, and a
-    fresh interpreter otherwise; both see the same sandbox. ``measures_memory``: the lab's checks
-    measure the kernel's memory (``bwrap.environment``)."""
-    server = forkserver.shared(measures_memory) if sandboxed and warm else None
+    fresh interpreter otherwise; both see the same sandbox, set up as the lab's ``profile`` says."""
+    server = forkserver.shared(profile) if sandboxed and warm else None
     if server is not None:
         try:
-            return _run_warm(server, submission, sock, limits, control, sandbox, measures_memory)
+            return _run_warm(server, submission, sock, limits, control, sandbox, profile)
         except _NotStarted as exc:  # nothing of the submission ran yet: start it cold instead
             print(f"mlbook: a warm kernel did not start ({exc}); starting this notebook cold", file=sys.stderr)
     read_fd, write_fd = os.pipe()
     inner = [sys.executable, "-m", "mlbook_kernel.runner",
              *_runner_args(bwrap.SUBMISSION if sandboxed else str(submission), limits, control.fileno()),
              "--out-fd", str(write_fd)]
-    env, filter_fds = bwrap.environment(measures_memory=measures_memory), ()
+    env, filter_fds = bwrap.environment(profile=profile), ()
     if sandboxed:
         filter_fds = (bwrap.seccomp_fd(),)
         argv, run_env = bwrap.command(inner, submission, sock, bwrap.fresh_uid(), limits.scratch_bytes, env,
@@ -201,12 +202,12 @@ def _run_runner(submission: Path, sock: Path, limits: Limits, sandboxed: bool, w
 
 
 def _run_warm(server: forkserver.ForkServer, submission: Path, sock: Path, limits: Limits,
-              control: socket.socket, sandbox: _Sandbox, measures_memory: bool) -> tuple[bytes, str | None, str]:
+              control: socket.socket, sandbox: _Sandbox, profile: SandboxProfile) -> tuple[bytes, str | None, str]:
     """The runner as a warm fork: build the empty sandbox, have the fork server enter it."""
     info_r, info_w = os.pipe()
     stderr_file = tempfile.TemporaryFile()
     uid, filter_fd = bwrap.fresh_uid(), bwrap.seccomp_fd()
-    env = bwrap.environment(measures_memory=measures_memory)
+    env = bwrap.environment(profile=profile)
     argv = bwrap.placeholder_command(submission, sock, uid, limits.scratch_bytes, env, info_w,
                                      filter_fd)
     try:

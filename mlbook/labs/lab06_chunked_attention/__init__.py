@@ -12,7 +12,7 @@ COVERED_BY = {
 }
 
 # chunked_attention's and attention_backward_from_lse's memory is measured from outside the kernel
-MEASURES_MEMORY = True
+SANDBOX_PROFILE = "memory"
 
 NOT_REPLAYED = {
     # hands a lambda to the student's memory_sweep; its hidden cell tests it on probes the grader lends

@@ -13,7 +13,7 @@
   (``mlbook_helpers.measure``, ``tracemalloc``, a torch mode, ``sys.gettrace``) takes part or can
   tell that it is measured, so an answer that behaves differently when it detects a measurement
   is measured doing what it does. The sandbox's allocator returns large freed blocks to the
-  system (``bwrap.environment``, set for the labs that declare ``MEASURES_MEMORY``), so resident memory follows what the call holds. In a check run
+  system (``bwrap.environment``, set for the labs whose ``SANDBOX_PROFILE`` is ``"memory"``), so resident memory follows what the call holds. In a check run
   in-process (no sandbox: the seeded-draw tests, plain ``nbgrader autograde``) the measured
   process is this one, where the student's function runs, with what it starts during the call
   (the children it had before, a test runner's browser or server, are left out). A sandboxed check raises
@@ -102,7 +102,7 @@ def memory_root() -> int:
     if root is None:
         raise procmem.MeasurementError(
             "the sandbox's root pid is unknown (RemoteSession.memory_root is None; does the lab declare "
-            "MEASURES_MEMORY = True?): the memory of the submission's processes cannot be measured from outside")
+            "SANDBOX_PROFILE = 'memory'?): the memory of the submission's processes cannot be measured from outside")
     # The kernel process that connected this check's socket must be in the measured tree.
     procmem.require_in_tree(int(root), procmem.socket_peer(current.conn))
     return int(root)
