@@ -242,21 +242,28 @@ def sync_gradebook(course: Course, labs: list[str]) -> None:
     schedule = load_schedule(course)
     if schedule is None:
         return
-    from nbgrader.api import MissingEntry
-
     from mlbook.nbgrader_env import gradebook
 
     with gradebook(course) as gb:
-        for lab in labs:
-            due = schedule.due(lab)
-            try:
-                assignment = gb.find_assignment(lab)
-            except MissingEntry:
-                continue
-            wanted = utc_naive(due) if due else None
-            if assignment.duedate != wanted:
-                assignment.duedate = wanted
-                gb.db.commit()
+        write_due_dates(gb, schedule, labs)
+
+
+def write_due_dates(gb, schedule: Schedule | None, labs: list[str]) -> None:
+    """``sync_gradebook`` on a gradebook the caller has open (``gb``), with its schedule."""
+    if schedule is None:
+        return
+    from nbgrader.api import MissingEntry
+
+    for lab in labs:
+        due = schedule.due(lab)
+        try:
+            assignment = gb.find_assignment(lab)
+        except MissingEntry:
+            continue
+        wanted = utc_naive(due) if due else None
+        if assignment.duedate != wanted:
+            assignment.duedate = wanted
+            gb.db.commit()
 
 
 def release_gate(course: Course, lab: str, early: bool = False, now: dt.datetime | None = None) -> str | None:

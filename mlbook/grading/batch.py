@@ -24,7 +24,7 @@ import nbformat
 
 from mlbook.course import Course, student_id_problem
 from mlbook.errors import MlbookError
-from mlbook.nbgrader_env import api_with, load_config
+from mlbook.nbgrader_env import api_with, gradebook, load_config
 from mlbook.sandbox import bwrap, forkserver, profiles
 from mlbook.sandbox.limits import Limits
 from mlbook.judge.plan import plan_from_text
@@ -36,7 +36,7 @@ from mlbook.grading.policy import shortcuts
 from mlbook.grading.prepare import find_submission, sanitize
 from mlbook.grading.record import Recorder
 from mlbook.grading.register import assignment_registered, register_assignment
-from mlbook.calendar.schedule import sync_gradebook
+from mlbook.calendar.schedule import load_schedule, sync_gradebook, write_due_dates
 
 
 @dataclass
@@ -164,10 +164,13 @@ class _Batch:
         self.config = load_config(course)
         self.recorder = Recorder(course, self.config)
         labs = list(dict.fromkeys(lab for lab, _ in self.todo))
-        for lab in labs:
-            if not assignment_registered(course, lab):
-                register_assignment(course, lab, api_with(copy.deepcopy(self.config)))
-        sync_gradebook(course, labs)
+        with gradebook(course) as gb:  # the batch's one session before recording starts
+            new = [lab for lab in labs if not assignment_registered(gb, lab)]
+            write_due_dates(gb, load_schedule(course), [lab for lab in labs if lab not in new])
+        for lab in new:  # a lab's first batch: nbgrader records its cells, then it gets its due date
+            register_assignment(course, lab, api_with(copy.deepcopy(self.config)))
+        if new:
+            sync_gradebook(course, new)
         self.schedule = _Schedule(self.todo, self.store)
 
     def tasks(self) -> Iterator[Task]:

@@ -6,17 +6,17 @@ import shutil
 
 from mlbook.course import Course
 from mlbook.errors import MlbookError
-from mlbook.nbgrader_env import failure_reason, gradebook
+from mlbook.nbgrader_env import failure_reason
 
 
-def assignment_registered(course: Course, lab: str) -> bool:
+def assignment_registered(gb, lab: str) -> bool:
+    """Does the open gradebook ``gb`` know the lab's notebooks?"""
     from nbgrader.api import MissingEntry
 
-    with gradebook(course) as gb:
-        try:
-            return bool(gb.find_assignment(lab).notebooks)
-        except MissingEntry:
-            return False
+    try:
+        return bool(gb.find_assignment(lab).notebooks)
+    except MissingEntry:
+        return False
 
 
 def register_assignment(course: Course, lab: str, api) -> None:
