@@ -36,7 +36,7 @@ from mlbook.grading.policy import shortcuts
 from mlbook.grading.prepare import find_submission, sanitize
 from mlbook.grading.record import Recorder
 from mlbook.grading.register import assignment_registered, register_assignment
-from mlbook.calendar.schedule import load_schedule, sync_gradebook, write_due_dates
+from mlbook.calendar.schedule import load_schedule, write_due_dates
 
 
 @dataclass
@@ -164,13 +164,15 @@ class _Batch:
         self.config = load_config(course)
         self.recorder = Recorder(course, self.config)
         labs = list(dict.fromkeys(lab for lab, _ in self.todo))
+        schedule = load_schedule(course)
         with gradebook(course) as gb:  # the batch's one session before recording starts
             new = [lab for lab in labs if not assignment_registered(gb, lab)]
-            write_due_dates(gb, load_schedule(course), [lab for lab in labs if lab not in new])
+            write_due_dates(gb, schedule, [lab for lab in labs if lab not in new])
         for lab in new:  # a lab's first batch: nbgrader records its cells, then it gets its due date
             register_assignment(course, lab, api_with(copy.deepcopy(self.config)))
-        if new:
-            sync_gradebook(course, new)
+        if new and schedule is not None:
+            with gradebook(course) as gb:
+                write_due_dates(gb, schedule, new)
         self.schedule = _Schedule(self.todo, self.store)
 
     def tasks(self) -> Iterator[Task]:
