@@ -56,6 +56,35 @@ def free_port() -> int:
 
 
 @dataclass
+class LtiLaunch:
+    """The hub's registration with an LTI 1.3 platform (what the LMS admin gives the hub's admin).
+
+    Attributes:
+        issuer: the platform's ``iss``.
+        client_id: the hub's client id at the platform.
+        deployment_id: the deployment the course installed.
+        auth_url: the platform's OIDC authentication endpoint.
+        jwks_url: the platform's JWKS.
+        account_prefix: prefix of the system accounts launches make (``mlbook.hub.lti.account_name``).
+        lms_name: how pages name the platform.
+    """
+
+    issuer: str
+    client_id: str
+    deployment_id: str
+    auth_url: str
+    jwks_url: str
+    account_prefix: str = "lti-"
+    lms_name: str = "your LMS"
+
+    def login_url(self, site: "HubSite") -> str:
+        return site.url + "hub/lti13/oauth_login"
+
+    def redirect_uri(self, site: "HubSite") -> str:
+        return site.url + "hub/lti13/oauth_callback"
+
+
+@dataclass
 class HubSite:
     """One course's hub.
 
@@ -77,6 +106,7 @@ class HubSite:
     hub_port: int = 0  # the hub's own API, for the proxy and the servers (kept across restarts:
     proxy_api_port: int = 0  # servers left running by a crash find the restarted hub)
     extra_env: dict[str, str] = field(default_factory=dict)
+    lti: "LtiLaunch | None" = None  # people arrive by LTI 1.3 launch instead of a PAM password
 
     @property
     def url(self) -> str:
@@ -217,6 +247,48 @@ def nbgrader_config(site: HubSite, role: str) -> str:
     return lines
 
 
+def people_config(site: HubSite) -> str:
+    """Who may enter and as whom, as hub config lines: PAM accounts named in ``site.staff`` and
+    ``site.students``, or LTI 1.3 launches (``mlbook.hub.lti``), whose role comes from the launch."""
+    course = site.exchange.course_id
+    if site.lti is None:
+        return f"""c.Authenticator.allowed_users = {set(site.staff + site.students)!r}
+c.Authenticator.admin_users = {{{site.staff[0]!r}}}
+c.JupyterHub.load_groups = {{'formgrade-{course}': {site.staff!r}, 'nbgrader-{course}': {site.students!r}}}
+
+
+def is_staff(name):
+    return name in STAFF
+"""
+    lti = site.lti
+    courses = {course: {"course_id": course, "root": str(site.course_root), "staff_group": site.exchange.staff_group}}
+    return f"""from mlbook.hub.lti import LaunchStore
+c.JupyterHub.authenticator_class = 'mlbook.hub.lti.CourseLTIAuthenticator'
+c.Authenticator.allow_all = True  # only a launch the platform signed gets in; the launch decides the role
+c.Authenticator.manage_groups = True
+c.Authenticator.auto_login = True
+c.Authenticator.enable_auth_state = False
+c.LocalAuthenticator.create_system_users = True
+c.LocalAuthenticator.add_user_cmd = ['useradd', '-m', '-s', '/bin/bash']
+c.CourseLTIAuthenticator.issuer = {lti.issuer!r}
+c.CourseLTIAuthenticator.client_id = {{{lti.client_id!r}}}
+c.CourseLTIAuthenticator.authorize_url = {lti.auth_url!r}
+c.CourseLTIAuthenticator.jwks_endpoint = {lti.jwks_url!r}
+c.CourseLTIAuthenticator.deployment_ids = [{lti.deployment_id!r}]
+c.CourseLTIAuthenticator.username_key = 'sub'
+c.CourseLTIAuthenticator.uri_scheme = 'http'  # 127.0.0.1 only; behind TLS, 'https'
+c.CourseLTIAuthenticator.account_prefix = {lti.account_prefix!r}
+c.CourseLTIAuthenticator.lms_name = {lti.lms_name!r}
+c.CourseLTIAuthenticator.courses = {courses!r}
+c.CourseLTIAuthenticator.store_path = {str(site.folder / 'lti.sqlite')!r}
+LAUNCHES = LaunchStore({str(site.folder / 'lti.sqlite')!r})
+
+
+def is_staff(name):
+    return LAUNCHES.enrolments(name).get({course!r}) == 'staff'
+"""
+
+
 def write_site(site: HubSite) -> Path:
     """Write the hub's config and the two Jupyter profiles; returns the config file."""
     if not PROXY.is_file():
@@ -274,10 +346,7 @@ c.JupyterHub.db_url = 'sqlite:///' + {str(site.folder / 'jupyterhub.sqlite')!r}
 c.JupyterHub.cookie_secret_file = {str(secret)!r}
 c.JupyterHub.pid_file = {str(site.folder / 'jupyterhub.pid')!r}
 c.JupyterHub.cleanup_servers = True
-c.Authenticator.allowed_users = {set(site.staff + site.students)!r}
-c.Authenticator.admin_users = {{{site.staff[0]!r}}}
-c.JupyterHub.load_groups = {{'formgrade-{site.exchange.course_id}': {site.staff!r},
-                            'nbgrader-{site.exchange.course_id}': {site.students!r}}}
+{people_config(site)}
 PYTHONS = {pythons!r}
 c.Spawner.default_url = '/lab'
 c.Spawner.start_timeout = 300
@@ -288,7 +357,7 @@ COMMON = {env_common!r}
 
 
 def pre_spawn(spawner):
-    role = 'staff' if spawner.user.name in STAFF else 'student'
+    role = 'staff' if is_staff(spawner.user.name) else 'student'
     profile = os.path.join({str(site.folder / 'profiles')!r}, role)
     spawner.cmd = [PYTHONS[role], '-m', 'jupyterhub.singleuser']  # students' has no grader in it
     spawner.environment.update(COMMON)

@@ -110,16 +110,33 @@ def import_roster(course: Course, path: Path) -> ImportReport:
     except OSError as exc:
         raise MlbookError(f"cannot read {path}: {exc.strerror or exc}") from None
     parsed = parse_roster(text, path.name)
-    report = ImportReport(parsed.layout, problems=list(parsed.problems))
+    report = import_entries(course, parsed.entries, path.name)
+    report.layout = parsed.layout
+    report.problems[:0] = parsed.problems
+    return report
+
+
+def import_entries(course: Course, entries: list[RosterEntry], shown: str) -> ImportReport:
+    """Add or update each of ``entries`` in nbgrader's student table (matched by id).
+
+    Args:
+        course: the course whose gradebook holds the roster.
+        entries: the students, from a class list or from LTI launches (``mlbook.hub.lti``).
+        shown: where they came from, for the problems' messages.
+
+    Returns:
+        Who was added, updated or left unchanged, and each entry skipped with the reason.
+    """
+    report = ImportReport("")
     from mlbook.nbgrader_env import gradebook
 
     with gradebook(course) as gb:
         existing = {s.id: s for s in gb.students}
         by_lms = {s.lms_user_id: s.id for s in existing.values() if s.lms_user_id}
-        for entry in parsed.entries:
+        for entry in entries:
             owner = by_lms.get(entry.lms_user_id) if entry.lms_user_id else None
             if owner and owner != entry.id:
-                report.problems.append(f"{path.name}, line {entry.line}: LMS user id {entry.lms_user_id!r} already "
+                report.problems.append(f"{shown}, line {entry.line}: LMS user id {entry.lms_user_id!r} already "
                                        f"belongs to student {owner!r} in the gradebook; row skipped")
                 continue
             wanted = {"first_name": entry.first_name or None, "last_name": entry.last_name or None,
