@@ -38,6 +38,7 @@ from pathlib import Path
 
 from jupyterhub.auth import LocalAuthenticator
 from ltiauthenticator.lti13.auth import LTI13Authenticator
+from ltiauthenticator.lti13.error import ValidationError
 from ltiauthenticator.lti13.handlers import LTI13CallbackHandler, LTI13LoginInitHandler
 from tornado.web import HTTPError
 from traitlets import Dict, List, Unicode
@@ -162,6 +163,8 @@ class Callback(LTI13CallbackHandler):
             return super().decode_and_validate_launch_request()
         except HTTPError as exc:
             raise Refused(exc.status_code, f"the LMS's launch did not verify ({exc.log_message})") from None
+        except ValidationError as exc:  # the token's checks (signature, exp, aud, claims) raise these
+            raise Refused(400, f"the LMS's launch did not verify ({type(exc).__name__}: {exc})") from None
         except Exception as exc:  # a malformed token: the library lets some errors through
             raise Refused(400, f"the LMS's launch could not be read ({type(exc).__name__}: {exc})") from None
 

@@ -1,0 +1,229 @@
+"""LTI 1.3 launches into the course's hub, in Chromium, from the suite's own platform.
+
+The platform (``mlbook.hub.lti_platform``) runs on 127.0.0.1 beside a second hub of the course
+(its own folder and ports, the same course folder and exchange) whose authenticator is
+``mlbook.hub.lti.CourseLTIAuthenticator``. People: student A and TA T of course A; hostile
+launches are made for a person M, whose account must never exist. Context "B" is a course of
+the platform that this hub does not serve.
+
+Every hostile launch is a real launch in Chromium: the platform's auth endpoint posts the
+hostile token (``lti_platform.ATTACKS``) through the browser to the hub's redirect URI.
+"""
+
+from __future__ import annotations
+
+import pwd
+import sqlite3
+import urllib.error
+import urllib.request
+
+import pytest
+from nbgrader.api import Gradebook
+
+from browser_suite import VIEWPORT
+from mlbook.hub.lti import account_name
+from mlbook.hub.lti_platform import ATTACKS, Context, Person, Platform, Tool
+from mlbook.hub.site import HubSite, LtiLaunch, free_port, start_hub
+
+SPAWN_TIMEOUT_MS = 300_000
+CONTEXT = "attention-labs"  # the LMS's id of course A (the hub's course)
+
+
+@pytest.fixture(scope="module")
+def platform():
+    p = Platform()
+    p.contexts = {CONTEXT: Context(CONTEXT, "ATT101", "Attention labs"),
+                  "B": Context("B", "OTH202", "Another course")}
+    p.people = {"A": Person("A", "Ada", "Lovelace", {CONTEXT: "student", "B": "student"}),
+                "T": Person("T", "Tom", "Assist", {CONTEXT: "ta"}),
+                "M": Person("M", "Mallory", "Forge", {CONTEXT: "student"}),
+                "R": Person("R", "Rita", "Replay", {CONTEXT: "student"})}
+    p.start()
+    yield p
+    p.stop()
+
+
+@pytest.fixture(scope="module")
+def lti_site(base, course, exchange, people, platform, site):
+    """A hub of the course entered by LTI launch (``site`` first: the checkout is shielded)."""
+    hub_site = HubSite(base / "lti-hub", course.root, exchange, [], [], port=free_port())
+    hub_site.lti = LtiLaunch(platform.issuer, "mlbook-hub", "deployment-1", platform.auth_url, platform.jwks_url,
+                             account_prefix=f"{people.group.split('-')[0]}l", lms_name="the test platform")
+    platform.tool = Tool(hub_site.lti.client_id, hub_site.lti.deployment_id, hub_site.lti.login_url(hub_site),
+                         [hub_site.lti.redirect_uri(hub_site)], hub_site.url + "hub/", jwks={"keys": []})
+    return hub_site
+
+
+def account_of(lti_site, platform, key: str) -> str:
+    return account_name(lti_site.lti.account_prefix, platform.issuer, platform.people[key].sub)
+
+
+@pytest.fixture(scope="module")
+def lti_hub(lti_site, platform):
+    hub = start_hub(lti_site)
+    yield hub
+    hub.stop()
+    for key in platform.people:
+        import subprocess
+
+        subprocess.run(["userdel", "-r", "-f", account_of(lti_site, platform, key)], capture_output=True)
+
+
+@pytest.fixture
+def browser_context(chromium):
+    context = chromium.new_context(viewport=VIEWPORT)
+    context.set_default_timeout(60_000)
+    yield context
+    context.close()
+
+
+def exists(name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+        return True
+    except KeyError:
+        return False
+
+
+def hub_users(lti_site) -> set[str]:
+    with sqlite3.connect(lti_site.folder / "jupyterhub.sqlite") as db:
+        return {row[0] for row in db.execute("SELECT name FROM users")}
+
+
+def enrolments(lti_site) -> list[tuple]:
+    with sqlite3.connect(lti_site.folder / "lti.sqlite") as db:
+        return db.execute("SELECT user, course, role FROM enrolments").fetchall()
+
+
+def roster(course) -> dict[str, str]:
+    with Gradebook(course.db_url) as gb:
+        return {s.id: s.lms_user_id for s in gb.students}
+
+
+def launch_lab(context, platform, key: str, lti_hub):
+    page = context.new_page()
+    page.goto(platform.launch_url(key, CONTEXT))
+    try:
+        page.wait_for_function("() => !!window.jupyterapp", timeout=SPAWN_TIMEOUT_MS, polling=250)
+    except Exception:
+        raise AssertionError(f"{key}'s launch did not open JupyterLab; the page {page.url} shows:\n"
+                             f"{page.locator('body').inner_text()[:1500]}\nthe hub's log ends:\n"
+                             f"{lti_hub.log_tail(40)}") from None
+    return page
+
+
+def test_hub_without_launch_says_how_to_enter(lti_hub, lti_site, browser_context, shots):
+    page = browser_context.new_page()
+    page.goto(lti_site.url)
+    page.locator("#lti-title").wait_for()
+    assert page.locator("#lti-title").inner_text() == "Enter this hub from your course page"
+    assert "the test platform" in page.locator("#lti-message").inner_text()
+    shots.take(page, "no-launch")
+
+
+def test_student_launch_makes_the_account_and_fills_the_roster(lti_hub, lti_site, platform, course,
+                                                                browser_context, shots):
+    name = account_of(lti_site, platform, "A")
+    assert not exists(name)
+    page = launch_lab(browser_context, platform, "A", lti_hub)
+    assert f"/user/{name}/" in page.url
+    shots.take(page, "student-launch")
+    assert exists(name), "the launch made no system account"
+    assert (name, "attention-labs", "student") in enrolments(lti_site)
+    assert roster(course).get(name) == platform.people["A"].sub, "the student is not in the course's gradebook"
+    home = page.request.get(f"{lti_site.url}user/{name}/api/contents").json()
+    assert "source" not in {e["name"] for e in home["content"]}, "a student's server opened the course folder"
+
+
+def test_second_launch_reuses_the_account(lti_hub, lti_site, platform, course, browser_context):
+    name = account_of(lti_site, platform, "A")
+    uid = pwd.getpwnam(name).pw_uid
+    launch_lab(browser_context, platform, "A", lti_hub)
+    assert pwd.getpwnam(name).pw_uid == uid
+    assert [n for n in roster(course) if n == name] == [name]
+
+
+def test_ta_launch_opens_a_staff_server_in_the_course(lti_hub, lti_site, platform, people, browser_context, shots):
+    import grp
+
+    name = account_of(lti_site, platform, "T")
+    page = launch_lab(browser_context, platform, "T", lti_hub)
+    shots.take(page, "ta-launch")
+    assert name in grp.getgrnam(people.group).gr_mem, "the TA did not join the course's staff group"
+    assert (name, "attention-labs", "staff") in enrolments(lti_site)
+    root = page.request.get(f"{lti_site.url}user/{name}/api/contents").json()
+    assert "source" in {e["name"] for e in root["content"]}, "the TA's server did not open the course folder"
+
+
+def refused_page(page) -> str:
+    page.locator("#lti-title").wait_for(timeout=60_000)
+    assert page.locator("#lti-title").inner_text() == "This launch was refused"
+    return page.locator("#lti-message").inner_text()
+
+
+def assert_nothing_created(lti_site, platform, course, key: str = "M") -> None:
+    name = account_of(lti_site, platform, key)
+    assert not exists(name), f"a refused launch made the account {name}"
+    assert name not in hub_users(lti_site), "a refused launch made a hub user"
+    assert name not in roster(course), "a refused launch added a student to the roster"
+    assert not [e for e in enrolments(lti_site) if e[0] == name], "a refused launch recorded an enrolment"
+
+
+# What each hostile launch must be refused with (a fragment of the page's reason).
+EXPECTED = {"bad_signature": "Signature verification failed", "expired": "expired",
+            "wrong_audience": "Audience", "escalated_role": "Signature verification failed",
+            "unknown_deployment": "deployment"}
+
+
+@pytest.mark.parametrize("attack", sorted(ATTACKS))
+def test_hostile_launch_is_refused_and_creates_nothing(attack, lti_hub, lti_site, platform, course,
+                                                       browser_context, shots):
+    page = browser_context.new_page()
+    page.goto(platform.launch_url("M", CONTEXT, attack=attack))
+    why = refused_page(page)
+    shots.take(page, f"refused-{attack}")
+    print(f"{attack}: {why}")
+    assert EXPECTED[attack].lower() in why.lower(), f"{attack} was refused for another reason: {why}"
+    assert_nothing_created(lti_site, platform, course)
+
+
+def test_launch_into_a_course_the_hub_does_not_serve_is_refused(lti_hub, lti_site, platform, course, browser_context):
+    page = browser_context.new_page()
+    page.goto(platform.launch_url("A", "B"))
+    why = refused_page(page)
+    print(f"unserved context: {why}")
+    assert "serves no course" in why
+
+
+def test_replayed_launch_is_refused(lti_hub, lti_site, platform, course, browser_context):
+    """R's honest launch is captured whole (form and cookies) on its way to the hub and let through;
+    then replayed: in the same browser (the library's nonce cookie is spent) and from a copy of the
+    request with its cookies (the hub's own record of spent nonces)."""
+    captured = {}
+
+    def capture(route, request):
+        captured.setdefault("body", request.post_data)
+        captured.setdefault("cookie", request.all_headers().get("cookie", ""))
+        route.continue_()
+
+    browser_context.route("**/hub/lti13/oauth_callback", capture)
+    page = browser_context.new_page()
+    page.goto(platform.launch_url("R", CONTEXT))
+    page.wait_for_url(f"**/user/{account_of(lti_site, platform, 'R')}/**", timeout=SPAWN_TIMEOUT_MS)
+    browser_context.unroute("**/hub/lti13/oauth_callback")
+    form = platform.posted[-1]
+    page.evaluate("""f => { const d = document.createElement('form'); d.method = 'post';
+        d.action = f.action; for (const k of ['id_token', 'state']) { const i = document.createElement('input');
+        i.type = 'hidden'; i.name = k; i.value = f[k]; d.appendChild(i); } document.body.appendChild(d); d.submit(); }""",
+                  form)
+    in_browser = refused_page(page)
+    print(f"replay in the same browser: {in_browser}")
+    assert "nonce" in in_browser.lower() or "state" in in_browser.lower()
+    request = urllib.request.Request(form["action"], data=captured["body"].encode(), method="POST",
+                                     headers={"Cookie": captured["cookie"],
+                                              "Content-Type": "application/x-www-form-urlencoded"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=60)
+    body = refused.value.read().decode(errors="replace")
+    print(f"replay with the captured cookies: HTTP {refused.value.code}")
+    assert refused.value.code == 400 and "already used" in body, body[:2000]
