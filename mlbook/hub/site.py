@@ -56,6 +56,25 @@ def free_port() -> int:
 
 
 @dataclass
+class HubCourse:
+    """One course of the hub: its LMS context, its folder and its exchange.
+
+    Attributes:
+        context_id: the LMS's id of the course (the LTI ``context`` claim's ``id``).
+        root: the course folder (root's and ``exchange.staff_group``'s, nobody else's).
+        exchange: the course's folder of the hub's one exchange root, with its staff group.
+    """
+
+    context_id: str
+    root: Path
+    exchange: Exchange
+
+    @property
+    def course_id(self) -> str:
+        return self.exchange.course_id
+
+
+@dataclass
 class LtiLaunch:
     """The hub's registration with an LTI 1.3 platform (what the LMS admin gives the hub's admin).
 
@@ -107,6 +126,11 @@ class HubSite:
     proxy_api_port: int = 0  # servers left running by a crash find the restarted hub)
     extra_env: dict[str, str] = field(default_factory=dict)
     lti: "LtiLaunch | None" = None  # people arrive by LTI 1.3 launch instead of a PAM password
+    more_courses: list[HubCourse] = field(default_factory=list)  # LTI hubs: courses beside the first
+
+    def courses(self) -> list[HubCourse]:
+        """Every course of the hub; the first is ``course_root`` and ``exchange`` (its context id: its course id)."""
+        return [HubCourse(self.exchange.course_id, self.course_root, self.exchange), *self.more_courses]
 
     @property
     def url(self) -> str:
@@ -235,13 +259,28 @@ def unshield(changed: list[tuple[Path, int, int]]) -> None:
             pass
 
 
-def nbgrader_config(site: HubSite, role: str) -> str:
-    """The nbgrader config of ``role``'s servers ("staff" or "student"), as the text of a config file."""
-    lines = site.exchange.config_lines()
+def nbgrader_config(site: HubSite, role: str, course: HubCourse | None = None) -> str:
+    """The nbgrader config of ``role``'s servers ("staff" or "student"), as the text of a config file.
+
+    Args:
+        site: the hub.
+        role: "staff" or "student".
+        course: the staff's course (default: the hub's first).
+
+    Returns:
+        The config. On an LTI hub a student's names no course: their Assignments tab lists every
+        course whose ``nbgrader-<course>`` group they are in (nbgrader's ``JupyterHubAuthPlugin``,
+        the groups their launches gave them).
+    """
+    course = course or site.courses()[0]
+    lines = course.exchange.config_lines()
+    if role == "student" and site.lti is not None:
+        lines = "".join(line + "\n" for line in lines.splitlines() if not line.startswith("c.CourseDirectory.course_id"))
+        lines += "c.Authenticator.plugin_class = 'nbgrader.auth.JupyterHubAuthPlugin'\n"
     if role == "staff":
         # A user's server starts in the home folder: without the course's root named, the formgrader
         # takes the home for it and, the course lying outside the server's root, shows only an error.
-        lines += f"c.CourseDirectory.root = {str(site.course_root)!r}\n"
+        lines += f"c.CourseDirectory.root = {str(course.root)!r}\n"
         # The formgrader shows each student's notebook as a page of this server: none of its HTML may run.
         lines += "from mlbook.outputs import inert_html\ninert_html.configure(c)\n"
     return lines
@@ -257,11 +296,13 @@ c.Authenticator.admin_users = {{{site.staff[0]!r}}}
 c.JupyterHub.load_groups = {{'formgrade-{course}': {site.staff!r}, 'nbgrader-{course}': {site.students!r}}}
 
 
-def is_staff(name):
-    return name in STAFF
+def staff_course(name):
+    return ('staff', {str(site.course_root)!r}) if name in STAFF else ('', '')
 """
     lti = site.lti
-    courses = {course: {"course_id": course, "root": str(site.course_root), "staff_group": site.exchange.staff_group}}
+    courses = {c.context_id: {"course_id": c.course_id, "root": str(c.root), "staff_group": c.exchange.staff_group}
+               for c in site.courses()}
+    roots = {c.course_id: str(c.root) for c in site.courses()}
     return f"""from mlbook.hub.lti import LaunchStore
 c.JupyterHub.authenticator_class = 'mlbook.hub.lti.CourseLTIAuthenticator'
 c.Authenticator.allow_all = True  # only a launch the platform signed gets in; the launch decides the role
@@ -284,8 +325,15 @@ c.CourseLTIAuthenticator.store_path = {str(site.folder / 'lti.sqlite')!r}
 LAUNCHES = LaunchStore({str(site.folder / 'lti.sqlite')!r})
 
 
-def is_staff(name):
-    return LAUNCHES.enrolments(name).get({course!r}) == 'staff'
+ROOTS = {roots!r}
+c.Spawner.server_token_scopes = ['users:activity!user', 'access:servers!server', 'read:users:name!user',
+                                 'read:users:groups!user']  # nbgrader's JupyterHubAuthPlugin reads the groups
+
+
+def staff_course(name):
+    # ('staff-<course>', its folder) for staff of a course (the first, by id, if several), else ('', '')
+    staff = sorted(c for c, role in LAUNCHES.enrolments(name).items() if role == 'staff')
+    return ('staff-' + staff[0], ROOTS[staff[0]]) if staff else ('', '')
 """
 
 
@@ -298,8 +346,11 @@ def write_site(site: HubSite) -> Path:
     site.port = site.port or free_port()
     site.hub_port = site.hub_port or free_port()
     site.proxy_api_port = site.proxy_api_port or free_port()
-    for role in ("staff", "student"):
-        profile = site.profile(role)
+    # Profiles: "student", and "staff" (PAM hub) or "staff-<course id>" for each course (LTI hub).
+    staff_profiles = {"staff": site.courses()[0]} if site.lti is None else {f"staff-{c.course_id}": c for c in site.courses()}
+    for role_profile in ("student", *staff_profiles):
+        role = "student" if role_profile == "student" else "staff"
+        profile = site.profile(role_profile)
         (profile / "config").mkdir(parents=True, exist_ok=True)
         for relative, values in LAB_SETTINGS.items():
             path = profile / "settings" / relative
@@ -317,7 +368,7 @@ def write_site(site: HubSite) -> Path:
             server.append("c.ServerApp.jpserver_extensions = {'nbgrader.server_extensions.formgrader': False}")
         for name in ("jupyter_server_config.py", "jupyter_lab_config.py"):
             (profile / "config" / name).write_text("\n".join(server) + "\n")
-        (profile / "config" / "nbgrader_config.py").write_text(nbgrader_config(site, role))
+        (profile / "config" / "nbgrader_config.py").write_text(nbgrader_config(site, role, staff_profiles.get(role_profile)))
         for path in [profile, *profile.rglob("*")]:
             os.chmod(path, 0o755 if path.is_dir() else 0o644)
     secret = site.folder / "cookie_secret"
@@ -357,14 +408,15 @@ COMMON = {env_common!r}
 
 
 def pre_spawn(spawner):
-    role = 'staff' if is_staff(spawner.user.name) else 'student'
-    profile = os.path.join({str(site.folder / 'profiles')!r}, role)
+    profile_name, root = staff_course(spawner.user.name)
+    role = 'staff' if profile_name else 'student'
+    profile = os.path.join({str(site.folder / 'profiles')!r}, profile_name or 'student')
     spawner.cmd = [PYTHONS[role], '-m', 'jupyterhub.singleuser']  # students' has no grader in it
     spawner.environment.update(COMMON)
     spawner.environment['PATH'] = os.path.dirname(PYTHONS[role]) + ':/usr/local/bin:/usr/bin:/bin'
     spawner.environment['JUPYTER_CONFIG_PATH'] = os.path.join(profile, 'config') + ':' + {str(Path(sys.prefix) / 'etc' / 'jupyter')!r}
     spawner.environment['JUPYTERLAB_SETTINGS_DIR'] = os.path.join(profile, 'settings')
-    spawner.notebook_dir = {str(site.course_root)!r} if role == 'staff' else '~'
+    spawner.notebook_dir = root if role == 'staff' else '~'
 
 
 c.Spawner.pre_spawn_hook = pre_spawn

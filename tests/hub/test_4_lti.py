@@ -2,9 +2,11 @@
 
 The platform (``mlbook.hub.lti_platform``) runs on 127.0.0.1 beside a second hub of the course
 (its own folder and ports, the same course folder and exchange) whose authenticator is
-``mlbook.hub.lti.CourseLTIAuthenticator``. People: student A and TA T of course A; hostile
-launches are made for a person M, whose account must never exist. Context "B" is a course of
-the platform that this hub does not serve.
+``mlbook.hub.lti.CourseLTIAuthenticator``, serving two courses: A (the suite's course,
+context ``attention-labs``) and B (context ``B``: its own course folder, course id, staff group
+and folder of the exchange). People: student A (in A and B), TA T of course A, TA U of course B;
+hostile launches are made for a person M, whose account must never exist, and a replay for R.
+Context "C" is a course of the platform that this hub does not serve.
 
 Every hostile launch is a real launch in Chromium: the platform's auth endpoint posts the
 hostile token (``lti_platform.ATTACKS``) through the browser to the hub's redirect URI.
@@ -12,18 +14,24 @@ hostile token (``lti_platform.ATTACKS``) through the browser to the hub's redire
 
 from __future__ import annotations
 
+import grp
 import pwd
+import shutil
 import sqlite3
+import subprocess
 import urllib.error
 import urllib.request
 
 import pytest
 from nbgrader.api import Gradebook
 
-from browser_suite import VIEWPORT
+from browser_suite import REPO, VIEWPORT
+from conftest import LAB, _sh, mlbook, share_with_staff
+from hubpage import open_assignments
+from mlbook.hub.exchange import Exchange, prepare_exchange
 from mlbook.hub.lti import account_name
 from mlbook.hub.lti_platform import ATTACKS, Context, Person, Platform, Tool
-from mlbook.hub.site import HubSite, LtiLaunch, free_port, start_hub
+from mlbook.hub.site import HubCourse, HubSite, LtiLaunch, free_port, start_hub
 
 SPAWN_TIMEOUT_MS = 300_000
 CONTEXT = "attention-labs"  # the LMS's id of course A (the hub's course)
@@ -33,10 +41,12 @@ CONTEXT = "attention-labs"  # the LMS's id of course A (the hub's course)
 def platform():
     p = Platform()
     p.contexts = {CONTEXT: Context(CONTEXT, "ATT101", "Attention labs"),
-                  "B": Context("B", "OTH202", "Another course")}
+                  "B": Context("B", "ATT202", "Attention labs, second section"),
+                  "C": Context("C", "OTH303", "A course this hub does not serve")}
     p.people = {"A": Person("A", "Ada", "Lovelace", {CONTEXT: "student", "B": "student"}),
                 "T": Person("T", "Tom", "Assist", {CONTEXT: "ta"}),
-                "M": Person("M", "Mallory", "Forge", {CONTEXT: "student"}),
+                "U": Person("U", "Una", "Assist", {"B": "ta"}),
+                "M": Person("M", "Mallory", "Forge", {CONTEXT: "student", "C": "student"}),
                 "R": Person("R", "Rita", "Replay", {CONTEXT: "student"})}
     p.start()
     yield p
@@ -44,9 +54,26 @@ def platform():
 
 
 @pytest.fixture(scope="module")
-def lti_site(base, course, exchange, people, platform, site):
-    """A hub of the course entered by LTI launch (``site`` first: the checkout is shielded)."""
-    hub_site = HubSite(base / "lti-hub", course.root, exchange, [], [], port=free_port())
+def course_b(base, people, exchange):
+    """Course B: a copy of the course under its own id, staff group and folder of the exchange."""
+    group = f"{people.group.split('-')[0]}-bstaff"
+    _sh("groupadd", group)
+    ex = Exchange(exchange.root, "second-labs", group)
+    prepare_exchange(ex)
+    scratch = REPO.scratch_copy(base / "course-b", [LAB])
+    shutil.copytree(REPO.release(LAB).parent, scratch.release(LAB).parent, dirs_exist_ok=True)
+    with open(scratch.config, "a") as handle:
+        handle.write("\n# Course B of the LTI hub (tests/hub/test_4_lti.py)\n" + ex.config_lines())
+    share_with_staff(scratch.root, group)
+    yield HubCourse("B", scratch.root, ex), scratch
+    subprocess.run(["groupdel", group], capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def lti_site(base, course, exchange, people, platform, site, course_b):
+    """A hub of courses A and B entered by LTI launch (``site`` first: the checkout is shielded)."""
+    hub_site = HubSite(base / "lti-hub", course.root, exchange, [], [], port=free_port(),
+                       more_courses=[course_b[0]])
     hub_site.lti = LtiLaunch(platform.issuer, "mlbook-hub", "deployment-1", platform.auth_url, platform.jwks_url,
                              account_prefix=f"{people.group.split('-')[0]}l", lms_name="the test platform")
     platform.tool = Tool(hub_site.lti.client_id, hub_site.lti.deployment_id, hub_site.lti.login_url(hub_site),
@@ -64,8 +91,6 @@ def lti_hub(lti_site, platform):
     yield hub
     hub.stop()
     for key in platform.people:
-        import subprocess
-
         subprocess.run(["userdel", "-r", "-f", account_of(lti_site, platform, key)], capture_output=True)
 
 
@@ -100,9 +125,9 @@ def roster(course) -> dict[str, str]:
         return {s.id: s.lms_user_id for s in gb.students}
 
 
-def launch_lab(context, platform, key: str, lti_hub):
+def launch_lab(context, platform, key: str, lti_hub, where: str = CONTEXT):
     page = context.new_page()
-    page.goto(platform.launch_url(key, CONTEXT))
+    page.goto(platform.launch_url(key, where))
     try:
         page.wait_for_function("() => !!window.jupyterapp", timeout=SPAWN_TIMEOUT_MS, polling=250)
     except Exception:
@@ -144,8 +169,6 @@ def test_second_launch_reuses_the_account(lti_hub, lti_site, platform, course, b
 
 
 def test_ta_launch_opens_a_staff_server_in_the_course(lti_hub, lti_site, platform, people, browser_context, shots):
-    import grp
-
     name = account_of(lti_site, platform, "T")
     page = launch_lab(browser_context, platform, "T", lti_hub)
     shots.take(page, "ta-launch")
@@ -189,10 +212,11 @@ def test_hostile_launch_is_refused_and_creates_nothing(attack, lti_hub, lti_site
 
 def test_launch_into_a_course_the_hub_does_not_serve_is_refused(lti_hub, lti_site, platform, course, browser_context):
     page = browser_context.new_page()
-    page.goto(platform.launch_url("A", "B"))
+    page.goto(platform.launch_url("M", "C"))
     why = refused_page(page)
     print(f"unserved context: {why}")
     assert "serves no course" in why
+    assert_nothing_created(lti_site, platform, course)
 
 
 def test_replayed_launch_is_refused(lti_hub, lti_site, platform, course, browser_context):
@@ -227,3 +251,43 @@ def test_replayed_launch_is_refused(lti_hub, lti_site, platform, course, browser
     body = refused.value.read().decode(errors="replace")
     print(f"replay with the captured cookies: HTTP {refused.value.code}")
     assert refused.value.code == 400 and "already used" in body, body[:2000]
+
+
+def test_student_of_two_courses_sees_both(lti_hub, lti_site, platform, course, course_b, browser_context, shots):
+    """A's launch from course B enrols them there too (B's roster, B's group); their Assignments tab
+    lists both courses (nbgrader's JupyterHubAuthPlugin reads the groups the launches gave)."""
+    name = account_of(lti_site, platform, "A")
+    for scratch in (course, course_b[1]):  # the Assignments tab lists a course once it has released a lab
+        mlbook(scratch, "hub", "release", LAB)
+    page = launch_lab(browser_context, platform, "A", lti_hub, where="B")
+    assert roster(course_b[1]).get(name) == platform.people["A"].sub, "B's roster did not fill from the launch"
+    assert roster(course).get(name) == platform.people["A"].sub
+    assert {"attention-labs", "second-labs"} <= set(courses_listed(page, lti_site, name)), \
+        f"A's Assignments tab lists {courses_listed(page, lti_site, name)}; the hub's log ends:\n{lti_hub.log_tail(30)}"
+    open_assignments(page)
+    page.wait_for_function("() => document.querySelectorAll('#course_list > li').length >= 2", timeout=120_000)
+    page.locator("#course_list_dropdown").click()
+    shots.take(page, "two-courses")
+    assert {"attention-labs", "second-labs"} <= set(page.locator("#course_list > li").all_inner_texts())
+
+
+def courses_listed(page, lti_site, name) -> list[str]:
+    reply = page.request.get(f"{lti_site.url}user/{name}/courses")
+    assert reply.ok, f"GET courses -> {reply.status}: {reply.text()[:500]}"
+    return reply.json().get("value", [])
+
+
+def test_staff_of_one_course_cannot_see_the_other(lti_hub, lti_site, platform, course, course_b, browser_context):
+    """U, TA of B only: their server opens B's folder; A's course folder (and its submissions) is closed to them."""
+    name = account_of(lti_site, platform, "U")
+    page = launch_lab(browser_context, platform, "U", lti_hub, where="B")
+    assert (name, "second-labs", "staff") in enrolments(lti_site)
+    assert name in grp.getgrnam(course_b[0].exchange.staff_group).gr_mem
+    assert name not in grp.getgrnam(lti_site.exchange.staff_group).gr_mem
+    listing = page.request.get(f"{lti_site.url}user/{name}/api/contents").json()
+    assert "source" in {e["name"] for e in listing["content"]}
+    run = subprocess.run(["runuser", "-u", name, "--", "ls", str(course.root)], capture_output=True, text=True)
+    assert run.returncode != 0, f"B's TA listed course A's folder: {run.stdout}"
+    t = account_of(lti_site, platform, "T")
+    run = subprocess.run(["runuser", "-u", t, "--", "ls", str(course_b[0].root)], capture_output=True, text=True)
+    assert run.returncode != 0, f"A's TA listed course B's folder: {run.stdout}"
