@@ -240,7 +240,15 @@ def cmd_export(args) -> int:
     for written in (path, export_nbgrader_csv(course, labs, path.with_name("nbgrader.csv")),
                     export_canvas_csv(course, labs, path.with_name("canvas.csv"), canvas_ids)):
         print(f"wrote {written}")
-    return 0
+    failed = False
+    if args.lti:
+        from mlbook.lms.lti_grades import post_grades
+
+        for lab in course.resolve_labs(args.lti):
+            report = post_grades(course, lab)
+            print(report.summary())
+            failed = failed or bool(report.not_posted)
+    return 1 if failed else 0
 
 
 def cmd_report(args) -> int:
@@ -385,6 +393,9 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("-o", "--output", help="grades CSV path (default: exports/grades.csv); the others go beside it")
     s.add_argument("--canvas-id", action="append", metavar="LAB=ID",
                    help="the Canvas assignment id of a lab, for canvas.csv's column header (repeatable)")
+    s.add_argument("--lti", action="append", metavar="LAB",
+                   help="also post LAB's final scores to its LMS line item by LTI AGS (the course's lti.toml; "
+                        "a re-run sends only what changed; exit 1 when a student was not posted)")
     s.set_defaults(func=cmd_export)
 
     s = sub.add_parser("report", help="write the HTML report for TAs and instructors (exports/report.html)")

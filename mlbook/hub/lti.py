@@ -135,7 +135,7 @@ class Refused(HTTPError):
     """A launch refused: the page shows ``why`` and that nothing was created."""
 
     def __init__(self, status: int, why: str):
-        super().__init__(status, why)
+        super().__init__(status, why, reason="Launch refused")
         self.jupyterhub_message = why
         self.jupyterhub_html_message = page(
             "This launch was refused",

@@ -429,13 +429,17 @@ class _Handler(BaseHTTPRequestHandler):
             return None
 
     def score(self, item: LineItem, body) -> None:
-        """AGS 2.0 section 3.4: userId, timestamp, activityProgress and gradingProgress required;
-        scoreGiven needs scoreMaximum. A score older than the one held is not applied (409)."""
+        """AGS 2.0 section 3.4: userId (a member of the line item's context), timestamp,
+        activityProgress and gradingProgress required; scoreGiven needs scoreMaximum. A score older
+        than the one held is not applied (409)."""
         required = ("userId", "timestamp", "activityProgress", "gradingProgress")
         if not isinstance(body, dict) or any(not body.get(k) for k in required):
             return self.send(400, {"error": f"a score needs {', '.join(required)}"})
         if "scoreGiven" in body and not isinstance(body.get("scoreMaximum"), (int, float)):
             return self.send(400, {"error": "scoreGiven without a numeric scoreMaximum"})
+        members = {p.sub for p in self.platform.people.values() if item.context in p.memberships}
+        if body["userId"] not in members:
+            return self.send(422, {"error": f"userId {body['userId']!r} is not a member of context {item.context!r}"})
         with self.platform.lock:
             held = item.latest().get(body["userId"])
             if held is not None and body["timestamp"] < held["timestamp"]:
