@@ -242,7 +242,7 @@ def cmd_export(args) -> int:
         print(f"wrote {written}")
     failed = False
     if args.lti:
-        from mlbook.lms.lti_grades import post_grades
+        from mlbook.outputs.lti_grades import post_grades
 
         for lab in course.resolve_labs(args.lti):
             report = post_grades(course, lab)

@@ -84,7 +84,7 @@ def load_tool(course: Course) -> ToolConfig:
         raw = tomllib.loads(path.read_text())
     except FileNotFoundError:
         raise MlbookError(f"no {path}: `--lti` needs the tool's registration there (client_id, token_url, "
-                          "lineitems, key_file, kid; see mlbook/lms/lti_grades.py)") from None
+                          "lineitems, key_file, kid; see mlbook/outputs/lti_grades.py)") from None
     except tomllib.TOMLDecodeError as exc:
         raise MlbookError(f"{path}: {exc}") from None
     missing = [k for k in ("client_id", "token_url", "lineitems", "key_file", "kid") if not raw.get(k)]
