@@ -134,6 +134,8 @@ def launch_lab(context, platform, key: str, lti_hub, where: str = CONTEXT):
         raise AssertionError(f"{key}'s launch did not open JupyterLab; the page {page.url} shows:\n"
                              f"{page.locator('body').inner_text()[:1500]}\nthe hub's log ends:\n"
                              f"{lti_hub.log_tail(40)}") from None
+    page.evaluate("() => window.jupyterapp.restored")
+    page.locator(".jp-DirListing-content").first.wait_for(timeout=60_000)  # the file browser is shown
     return page
 
 
