@@ -86,4 +86,6 @@ def add_parser(sub) -> None:
     demo = steps.add_parser("demo", help="start a local demo hub (as root): an instructor, a TA, three students")
     demo.add_argument("--port", type=int, default=8000)
     demo.add_argument("--folder", default="/srv/mlbook-hub-demo", help="hub state, course copy and exchange")
+    demo.add_argument("--lti", action="store_true", help="enter by LTI 1.3 launch from a test platform on "
+                                                         "127.0.0.1 (launch links printed) instead of passwords")
     demo.set_defaults(labs=[])
