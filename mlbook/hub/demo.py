@@ -120,6 +120,9 @@ def run_demo(course, args) -> int:
     except KeyboardInterrupt:
         return 0
     finally:
+        # A second Ctrl+C or SIGTERM (a shell's, a service manager's) must not cut the clean-up short.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         if hub is not None:
             hub.stop()
         unshield(shielded)

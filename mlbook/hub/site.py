@@ -270,13 +270,16 @@ def nbgrader_config(site: HubSite, role: str, course: HubCourse | None = None) -
     Returns:
         The config. On an LTI hub a student's names no course: their Assignments tab lists every
         course whose ``nbgrader-<course>`` group they are in (nbgrader's ``JupyterHubAuthPlugin``,
-        the groups their launches gave them).
+        the groups their launches gave them), and keeps each course's labs in a folder of the course
+        (``~/<course id>/<lab>``: two courses may both have a lab 1).
     """
     course = course or site.courses()[0]
     lines = course.exchange.config_lines()
     if role == "student" and site.lti is not None:
         lines = "".join(line + "\n" for line in lines.splitlines() if not line.startswith("c.CourseDirectory.course_id"))
         lines += "c.Authenticator.plugin_class = 'nbgrader.auth.JupyterHubAuthPlugin'\n"
+        # Two courses may release a lab of the same name: each course's work in its own folder.
+        lines += "c.Exchange.path_includes_course = True\n"
     if role == "staff":
         # A user's server starts in the home folder: without the course's root named, the formgrader
         # takes the home for it and, the course lying outside the server's root, shows only an error.

@@ -14,24 +14,30 @@ hostile token (``lti_platform.ATTACKS``) through the browser to the hub's redire
 
 from __future__ import annotations
 
+import datetime as dt
 import grp
+import json
+import os
 import pwd
 import shutil
 import sqlite3
 import subprocess
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 from nbgrader.api import Gradebook
 
 from browser_suite import REPO, VIEWPORT
-from conftest import LAB, _sh, mlbook, share_with_staff
+from conftest import LAB, MLBOOK, _sh, mlbook, share_with_staff
 from hubpage import open_assignments
+from mlbook.authoring.notebooks import read_nb, reference_answers
 from mlbook.hub.exchange import Exchange, prepare_exchange
 from mlbook.hub.lti import account_name
-from mlbook.hub.lti_platform import ATTACKS, Context, Person, Platform, Tool
+from mlbook.hub.lti_platform import ATTACKS, Context, Person, Platform, Tool, new_key, public_jwk
 from mlbook.hub.site import HubCourse, HubSite, LtiLaunch, free_port, start_hub
+from mlbook.labs import load_catalogue
 
 SPAWN_TIMEOUT_MS = 300_000
 CONTEXT = "attention-labs"  # the LMS's id of course A (the hub's course)
@@ -293,3 +299,122 @@ def test_staff_of_one_course_cannot_see_the_other(lti_hub, lti_site, platform, c
     t = account_of(lti_site, platform, "T")
     run = subprocess.run(["runuser", "-u", t, "--", "ls", str(course_b[0].root)], capture_output=True, text=True)
     assert run.returncode != 0, f"A's TA listed course B's folder: {run.stdout}"
+
+
+# --- The loop of two courses side by side, grades back to each course's line item --------------------
+
+def schedule(scratch, due: dt.datetime) -> None:
+    """``course.toml`` of a hub course: lab 1 released a week before ``due``; 10 % a started day late."""
+    (scratch.root / "course.toml").write_text(
+        'timezone = "UTC"\n\n[late]\npolicy = "per_day"\npercent = 10\ncap_percent = 50\ngrace_minutes = 0\n\n'
+        f"[labs.{LAB}]\nrelease = {due - dt.timedelta(days=7):%Y-%m-%dT%H:%M:%S}\ndue = {due:%Y-%m-%dT%H:%M:%S}\n")
+
+
+def register_tool_key(scratch, platform, context: str, key) -> None:
+    """The tool's AGS registration in the course folder (``lti.toml``), its key in the platform's JWKS."""
+    from cryptography.hazmat.primitives import serialization
+
+    (scratch.root / "lti-tool-key.pem").write_bytes(key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    (scratch.root / "lti.toml").write_text(f'client_id = "{platform.tool.client_id}"\n'
+                                           f'token_url = "{platform.token_url}"\n'
+                                           f'lineitems = "{platform.lineitems_url(context)}"\n'
+                                           'key_file = "lti-tool-key.pem"\nkid = "tool-1"\n')
+
+
+def server_action(page, server: str, action: str, course_id: str) -> dict:
+    """What the student's Assignments tab asks of their server: ``assignments/<action>`` for a course."""
+    token = next((c["value"] for c in page.context.cookies() if c["name"] == "_xsrf"), "")
+    reply = page.request.post(f"{server}assignments/{action}", headers={"X-XSRFToken": token},
+                              form={"course_id": course_id, "assignment_id": LAB}, timeout=300_000)
+    assert reply.ok, f"{action} in {course_id}: HTTP {reply.status}: {reply.text()[:1000]}"
+    body = reply.json()
+    assert body.get("success"), f"{action} in {course_id} failed: {str(body)[:2000]}"
+    return body
+
+
+def fill_in_server(page, server: str, path: str, filled: dict[str, str]) -> None:
+    """Put ``filled`` (grade id -> source) into the answer cells of the notebook at ``path``, through
+    the student's own server (the contents API JupyterLab saves with)."""
+    token = next((c["value"] for c in page.context.cookies() if c["name"] == "_xsrf"), "")
+    got = page.request.get(f"{server}api/contents/{path}?content=1&type=notebook")
+    assert got.ok, f"GET {path}: HTTP {got.status}: {got.text()[:500]}"
+    notebook = got.json()["content"]
+    for cell in notebook["cells"]:
+        grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if cell.get("metadata", {}).get("nbgrader", {}).get("solution") and grade_id in filled:
+            cell["source"] = filled[grade_id]
+    put = page.request.put(f"{server}api/contents/{path}", headers={"X-XSRFToken": token},
+                           data=json.dumps({"type": "notebook", "format": "json", "content": notebook}))
+    assert put.ok, f"PUT {path}: HTTP {put.status}: {put.text()[:500]}"
+
+
+def test_two_courses_run_their_loop_side_by_side_and_grades_reach_each_line_item(
+        lti_hub, lti_site, platform, course, course_b, browser_context, shots):
+    """Student A, entered by launch, works lab 1 in course A (the reference, handed in a day and a half
+    after the due date: 20 % off) and in course B (a misconception, on time); each course collects,
+    grades and hands back its own; ``mlbook export --lti`` puts each final score on its own context's
+    line item, and neither course's grade reaches the other's."""
+    from mlbook.outputs.results import collect
+
+    name = account_of(lti_site, platform, "A")
+    b_course = course_b[1]
+    courses = {CONTEXT: ("attention-labs", course), "B": ("second-labs", b_course)}
+    now = dt.datetime.now(dt.timezone.utc).replace(microsecond=0, tzinfo=None)
+    schedule(course, now - dt.timedelta(hours=36))
+    schedule(b_course, now + dt.timedelta(days=3))
+    mutant = [m for m in load_catalogue(LAB).mutants if m.demo][0]
+    reference = reference_answers(read_nb(course.source(LAB)))
+    handed_in = {CONTEXT: reference, "B": {**reference, **mutant.cells}}
+    tool_key = new_key()
+    platform.tool.jwks["keys"].append(public_jwk(tool_key, "tool-1"))
+
+    page = launch_lab(browser_context, platform, "A", lti_hub)
+    server = f"{lti_site.url}user/{name}/"
+    home = Path(pwd.getpwnam(name).pw_dir)
+    for context, (course_id, scratch) in courses.items():
+        mlbook(scratch, "hub", "release", LAB)
+        server_action(page, server, "fetch", course_id)
+        fetched = home / course_id / LAB / f"{LAB}.ipynb"  # each course's lab in its own folder
+        assert fetched.is_file(), f"{course_id}'s fetch did not put the lab at {fetched}"
+        fill_in_server(page, server, f"{course_id}/{LAB}/{LAB}.ipynb", handed_in[context])
+        server_action(page, server, "submit", course_id)
+
+    final = {}
+    for context, (course_id, scratch) in courses.items():
+        out = mlbook(scratch, "hub", "collect", LAB)
+        assert name in out, out
+        graded = mlbook(scratch, "autograde", LAB, "--quiet")
+        assert "errors 0" in graded, graded
+        final[context] = {r.student: r for r in collect(scratch, LAB)}[name]
+        assert final[context].status == "graded", final[context]
+        register_tool_key(scratch, platform, context, tool_key)
+        run = subprocess.run([*MLBOOK, "export", "--lti", LAB], cwd=scratch.root, capture_output=True, text=True,
+                             timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        assert f"{name}" in run.stdout.split("posted")[1], f"export --lti in {course_id}:\n{run.stdout}\n{run.stderr}"
+        assert "released" in mlbook(scratch, "hub", "feedback", LAB)
+        server_action(page, server, "fetch_feedback", course_id)
+        pages_found = sorted((home / course_id / LAB / "feedback").rglob(f"{LAB}.html"))
+        assert pages_found, f"no feedback of {course_id} under {home / course_id / LAB / 'feedback'}"
+        text = pages_found[-1].read_text()
+        assert "BEGIN HIDDEN" not in text
+        if context == "B":
+            assert mutant.matches(text), f"B's feedback does not name {mutant.misconception}"
+
+    a_final, b_final = final[CONTEXT], final["B"]
+    auto = {k: (sum(c.score or 0.0 for c in r.auto_cells.values()), sum(c.max_score for c in r.auto_cells.values()))
+            for k, r in final.items()}
+    assert auto[CONTEXT][0] == auto[CONTEXT][1] > 0, f"course A: the reference lost points: {a_final.cells}"
+    assert a_final.late_share == pytest.approx(0.2) and a_final.score == pytest.approx(a_final.raw_score * 0.8), \
+        f"course A: handed in 36 h late must lose 2 started days x 10 %: {a_final}"
+    assert auto["B"][0] < auto["B"][1] and b_final.late_share == 0, f"course B: a misconception, on time: {b_final}"
+    sub = platform.people["A"].sub
+    for context, expected in ((CONTEXT, a_final), ("B", b_final)):
+        items = [i for i in platform.lineitems.values() if i.context == context and i.resource_id == LAB]
+        assert len(items) == 1, f"{context}: line items {[(i.context, i.resource_id) for i in platform.lineitems.values()]}"
+        held = items[0].latest()
+        assert set(held) == {sub}, f"{context}'s line item holds {set(held)}"
+        assert held[sub]["scoreGiven"] == pytest.approx(expected.score), (context, held[sub], expected)
+        assert held[sub]["scoreMaximum"] == expected.max_score
+    print(f"course A: {a_final.raw_score} -> {a_final.score} of {a_final.max_score} (late); "
+          f"course B: {b_final.score} of {b_final.max_score}; both on their own line items")
