@@ -10,6 +10,9 @@ admits a test cell's session only while the runner reports that cell running. Th
 holds that channel (a forked kernel closes it, a launched one does not inherit it), and the
 runner makes itself undumpable, so the kernel, though it runs as the same user, can neither
 read the runner's memory nor take its descriptors.
+A cell past ``--cell-timeout`` is interrupted and the notebook goes on; a kernel still busy as long
+again after the interrupt ignored it, and the run stops there (nbclient alone would interrupt it
+again and again until the grader's whole-notebook budget ran out).
 Nothing here is trusted by the grader: the outputs it returns only ever lower a score.
 If the kernel dies, the cells run so far are returned and ``metadata.mlbook_sandbox.error`` says
 where it died.
@@ -22,6 +25,7 @@ import time
 _STARTED = time.time()  # before the heavy imports: the benchmark's "start-up" ends at kernel start
 
 import argparse  # noqa: E402
+import asyncio  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import socket  # noqa: E402
@@ -39,11 +43,27 @@ from mlbook_kernel.polling import KERNEL_ARGS, SlicedPollClient  # noqa: E402
 
 
 class CappedClient(SlicedPollClient):
-    """A NotebookClient that stops recording a cell's output past a byte or line budget (and,
-    like every client here, waits on its kernel's channels in short polls)."""
+    """A NotebookClient that stops recording a cell's output past a byte or line budget, gives an
+    interrupted cell one more timeout before it gives up on the kernel (and, like every client here,
+    waits on its kernel's channels in short polls)."""
 
     max_cell_bytes = 2_000_000
     max_cell_lines = 5_000
+
+    async def _async_handle_timeout(self, timeout, cell=None):
+        """The first timeout of a cell interrupts the kernel (nbclient's own handling); the next one,
+        with no reply a further ``timeout`` seconds on, raises ``CellTimeoutError``: the kernel ignored
+        the interrupt. (An earlier call, when a stray shell message shortened nbclient's wait, only
+        waits a little.)"""
+        interrupted = self.__dict__.setdefault("_interrupted", {})
+        now = time.monotonic()
+        if id(cell) not in interrupted:
+            interrupted[id(cell)] = now
+            return await super()._async_handle_timeout(timeout, cell)
+        if now - interrupted[id(cell)] >= timeout / 2:
+            raise CellTimeoutError.error_from_timeout_and_cell("Cell ignored the interrupt", timeout, cell)
+        await asyncio.sleep(min(1.0, timeout / 2))
+        return None
 
     def output(self, outs, msg, display_id, cell_index):
         used = self._used.setdefault(cell_index, [0, 0])

@@ -106,3 +106,39 @@ def test_mlbook_run_executes_every_cell_and_names_the_one_that_raised():
     run = execute(nb, timeout=30)
     assert run.notebook.cells[0].outputs[0]["text"] == "42\n"
     assert [(index, "wrong" in message) for index, _, message in run.errors] == [(1, True)], run.errors
+
+
+def _run_in_runner(tmp_path, sources: list[str], cell_timeout: int) -> tuple[nbformat.NotebookNode, float]:
+    """The sandbox's runner (``python -m mlbook_kernel.runner``, unsandboxed) on a notebook of
+    ``sources``: (the executed notebook, seconds). A runner still going after 60 s fails the test."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    path = tmp_path / "nb.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in sources]), path)
+    out = tmp_path / "out.ipynb"
+    control, runner_end = socket.socketpair()
+    began = time.monotonic()
+    with control, runner_end, out.open("w") as sink:
+        subprocess.run([sys.executable, "-m", "mlbook_kernel.runner", str(path), "--out-fd", str(sink.fileno()),
+                        "--control-fd", str(runner_end.fileno()), "--cell-timeout", str(cell_timeout)],
+                       pass_fds=(sink.fileno(), runner_end.fileno()), timeout=60, check=True,
+                       env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    return nbformat.read(out, as_version=4), time.monotonic() - began
+
+def test_an_interrupted_cell_fails_and_the_notebook_goes_on(tmp_path):
+    nb, _ = _run_in_runner(tmp_path, ["while True:\n    pass", "print('after')"], cell_timeout=3)
+    assert nb.metadata.mlbook_sandbox["error"] is None
+    assert nb.cells[0].outputs[-1]["ename"] == "KeyboardInterrupt"
+    assert "after" in nb.cells[1].outputs[0]["text"]
+
+
+def test_a_kernel_that_ignores_the_interrupt_stops_the_run_one_timeout_later(tmp_path):
+    """Not at the grader's whole-notebook budget: the run names the cell and stops."""
+    ignoring = "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass"
+    nb, seconds = _run_in_runner(tmp_path, ["x = 1", ignoring, "print('after')"], cell_timeout=3)
+    assert nb.metadata.mlbook_sandbox["error"] == "cell 1 ran past 3 s and ignored the interrupt"
+    assert not nb.cells[2].outputs
+    assert 2 * 3 <= seconds < 2 * 3 + 20, seconds

@@ -25,7 +25,9 @@ class Limits:
         open_files: file descriptors per process (RLIMIT_NOFILE).
         file_bytes: largest file a process may write (RLIMIT_FSIZE).
         scratch_bytes: size of the writable tmpfs (home, working folder and /tmp share it).
-        cell_seconds: per-cell timeout; the cell is interrupted, the notebook goes on.
+        cell_seconds: per-cell timeout; the cell is interrupted, the notebook goes on (a kernel
+            still busy ``cell_seconds`` after the interrupt ignored it: the run stops there and
+            the submission is an error).
         notebook_seconds: whole-notebook budget, on the grader's clock; past it everything in
             the sandbox is killed and the submission is an error.
         cell_output_bytes / cell_output_lines: what a cell may print before it is cut.
