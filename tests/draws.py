@@ -93,7 +93,8 @@ def failing_draws(lab: str, answers: dict[str, str], draws: int, cells: Iterable
                   seconds_per_cell: float = 0.4) -> tuple[list[DrawFailure], dict[str, int]]:
     """Run a solution's notebook once, then its test cells on seeded draws.
 
-    The first pass (``MLBOOK_SEED=0``) builds the namespace as a kernel would. Then each test
+    The first pass (``MLBOOK_SEED=0``) builds the namespace as a kernel would, up to the last test
+    cell drawn (a cell after it cannot change a verdict). Then each test
     cell (or only those named in ``cells``) is re-run with seeds 1, 2, ... up to ``draw_count``
     seeds in all (at most ``draws``; fewer for a costly cell, about ``seconds_per_cell`` of its
     frozen cost). A solution that differs from the reference in some answer cells is drawn from
@@ -115,14 +116,16 @@ def failing_draws(lab: str, answers: dict[str, str], draws: int, cells: Iterable
     tests: list[str] = []
     failures: list[DrawFailure] = []
     wanted = None if cells is None else set(cells)
-    last = max((i for i, c in enumerate(nb.cells) if wanted is None or grade_id(c) in wanted), default=-1)
+    # The last test cell drawn: the cells after it (given demos, ungraded timings) cannot change a verdict.
+    last = max((i for i, c in enumerate(nb.cells) if is_test(c) and (wanted is None or grade_id(c) in wanted)),
+               default=-1)
     reference = solutions(lab)["reference"]
     changed = [i for i, c in enumerate(nb.cells)
                if is_answer(c) and answers.get(grade_id(c), reference.get(grade_id(c))) != reference.get(grade_id(c))]
     first_changed = min(changed, default=0)  # the reference (nothing changed): every cell is drawn
     drawn: set[str] = set()
     with _seed(0):
-        for i, cell in enumerate(nb.cells[:last + 1]):  # the cells after the last one wanted cannot change its verdict
+        for i, cell in enumerate(nb.cells[:last + 1]):
             if cell.cell_type != "code":
                 continue
             if is_test(cell):
