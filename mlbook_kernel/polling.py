@@ -26,9 +26,11 @@ from jupyter_client.manager import AsyncKernelManager
 from nbclient import NotebookClient
 from traitlets import DottedObjectName, Type, default
 
-# The kernel's command-line arguments: no history database, and a quiet log (no transport
-# warnings on stderr, which nbgrader would count against a test cell).
-KERNEL_ARGS = ["--HistoryManager.hist_file=:memory:", "--IPKernelApp.log_level=ERROR"]
+# The kernel's command-line arguments: no history database, a quiet log (no transport warnings on
+# stderr, which nbgrader would count against a test cell), and the admission extension (the
+# operating system's buffers closed before the first cell, mlbook_kernel.admission).
+KERNEL_ARGS = ["--HistoryManager.hist_file=:memory:", "--IPKernelApp.log_level=ERROR",
+               "--IPKernelApp.extensions=mlbook_kernel.admission"]
 
 # How long one wait on a kernel channel may last before it is started afresh (seconds).
 POLL_SLICE = 0.25

@@ -58,6 +58,30 @@ than ``kill``), ``inotify`` (it watches only what the sandbox sees, and ends wit
 ``personality``, ``seccomp`` (a further filter can only deny more), ``setpriority`` and the
 scheduler calls (their per-user forms see only the sandbox's processes).
 
+The *admitted* filter (``admitted_program``), stacked on this one by the student's kernel itself
+just before it runs its first cell (``mlbook_kernel.admission``, an IPython extension every kernel
+loads, warm or cold): it closes the buffers the operating system holds for a process, which neither
+its pages nor its ``read``/``write`` byte counters show (lab 6 charges what a call touches,
+``mlbook.sandbox.procmem``; measured on Linux 6.18, each of these moved 1 MiB and counted about
+100 bytes in ``rchar + wchar``). Refused with ENOSYS, which the extension explains in the cell:
+- new socket loops: ``socketpair``; ``socket`` for anything but an AF_UNIX stream (the judge's
+  connection, which the kernel opens for every test cell); ``listen`` (without it an AF_UNIX
+  stream can reach only listeners outside the kernel: the judge, which closes every connection it
+  did not admit unread). ``send``/``recv``/``sendmsg``/``recvmsg``/``sendmmsg``/``recvmmsg`` stay
+  (ZeroMQ uses them), but only on sockets whose other end is not the student's;
+- growing the socket pairs the kernel already has (asyncio's self-pipes): ``setsockopt`` of
+  SO_SNDBUF, SO_RCVBUF and their FORCE forms; at the default 208 KiB a direction they hold far
+  less than the 8 MiB lab 6's round-trip allowance;
+- SysV message queues and semaphore sets (``msgget``, ``msgsnd``, ``msgrcv``, ``msgctl``,
+  ``semget``, ``semop``, ``semtimedop``, ``semctl``: ``semctl(SETALL)`` stores 64 KB a call) and
+  POSIX message queues (``mq_open``, ``mq_timedsend``, ``mq_timedreceive``, ``mq_notify``,
+  ``mq_getsetattr``, ``mq_unlink``). SysV and POSIX shared memory stay: they are mapped pages;
+- moving pages without a copy: ``vmsplice``, ``splice``, ``tee`` (a pipe filled and drained by
+  ``vmsplice`` counts nothing; ``write``/``read`` on a pipe, ``sendfile`` and ``copy_file_range``
+  are counted and stay);
+- data kept in file metadata: ``setxattr``, ``lsetxattr``, ``fsetxattr``, ``setxattrat``, and
+  ``symlink``, ``symlinkat`` (a link's target holds 4 KiB that ``readlink`` reads back uncounted).
+
 Any syscall made through another ABI than the machine's own (the 32-bit ``int 0x80`` on
 x86_64, x32, AArch32) kills the process: nothing the sandbox runs needs it, and this filter's
 numbers are the native ones. Architectures: x86_64 and aarch64; on any other machine
@@ -106,10 +130,24 @@ AF_NETLINK, NETLINK_ROUTE = 16, 0  # the one netlink protocol allowed
 # machine (uname -m) -> (column of the number pairs above, AUDIT_ARCH_*, first number of a foreign ABI: x32)
 ARCHES = {"x86_64": (0, 0xC000003E, 0x40000000), "aarch64": (1, 0xC00000B7, None)}
 
+# The admitted filter (see the module docstring): syscall -> (x86_64, aarch64), refused with ENOSYS
+ADMITTED_DENIED: dict[str, tuple[int | None, int | None]] = {
+    "socketpair": (53, 199), "listen": (50, 201),
+    "msgget": (68, 186), "msgsnd": (69, 189), "msgrcv": (70, 188), "msgctl": (71, 187),
+    "semget": (64, 190), "semop": (65, 193), "semctl": (66, 191), "semtimedop": (220, 192),
+    "mq_open": (240, 180), "mq_unlink": (241, 181), "mq_timedsend": (242, 182), "mq_timedreceive": (243, 183),
+    "mq_notify": (244, 184), "mq_getsetattr": (245, 185),
+    "vmsplice": (278, 75), "splice": (275, 76), "tee": (276, 77),
+    "setxattr": (188, 5), "lsetxattr": (189, 6), "fsetxattr": (190, 7), "setxattrat": (463, 463),
+    "symlink": (88, None), "symlinkat": (266, 36),
+}
+SETSOCKOPT, SOL_SOCKET, SOCK_STREAM, SOCK_TYPE_MASK = (54, 208), 1, 1, 0xF
+BUFFER_OPTIONS = {"SO_SNDBUF": 7, "SO_RCVBUF": 8, "SO_SNDBUFFORCE": 32, "SO_RCVBUFFORCE": 33}
+
 SECCOMP_RET_KILL_PROCESS, SECCOMP_RET_ERRNO, SECCOMP_RET_ALLOW = 0x80000000, 0x00050000, 0x7FFF0000
 SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC = 1, 1
-_LD_W_ABS, _JEQ, _JGE, _JSET, _RET = 0x20, 0x15, 0x35, 0x45, 0x06  # BPF_LD|W|ABS, BPF_JMP|J*|K, BPF_RET|K
-_NR, _ARCH, _ARG0_LOW, _ARG2_LOW = 0, 4, 16, 32  # offsets in struct seccomp_data (little-endian: low words first)
+_LD_W_ABS, _JEQ, _JGE, _JSET, _RET, _ALU_AND = 0x20, 0x15, 0x35, 0x45, 0x06, 0x54  # BPF_LD|W|ABS, BPF_JMP|J*|K, BPF_RET|K, BPF_ALU|AND|K
+_NR, _ARCH, _ARG0_LOW, _ARG1_LOW, _ARG2_LOW = 0, 4, 16, 24, 32  # offsets in struct seccomp_data (little-endian: low words first)
 
 
 class Unsupported(RuntimeError):
@@ -176,6 +214,48 @@ def program(machine: str | None = None) -> bytes:
     op(_RET, SECCOMP_RET_ERRNO | errno.ENOSYS)
     label("kill")
     op(_RET, SECCOMP_RET_KILL_PROCESS)
+    return _assemble(code)
+
+
+def admitted_program(machine: str | None = None) -> bytes:
+    """The admitted filter (module docstring), stacked on ``program()``'s by the student's kernel
+    before its first cell: the syscalls that keep data in the operating system's buffers fail with
+    ENOSYS. Other architectures' and ABIs' calls are left to ``program()``'s filter (it kills them)."""
+    column, audit_arch, _ = _arch(machine)
+    code: list = []
+
+    def op(opcode: int, k: int, jt: int | str = 0, jf: int | str = 0) -> None:
+        code.append((opcode, jt, jf, k))
+
+    def label(name: str) -> None:
+        code.append(("label", name, 0, 0))
+
+    op(_LD_W_ABS, _ARCH)
+    op(_JEQ, audit_arch, 0, "allow")
+    op(_LD_W_ABS, _NR)
+    op(_JEQ, SOCKET[column], "socket", 0)
+    op(_JEQ, SETSOCKOPT[column], "setsockopt", 0)
+    for numbers in ADMITTED_DENIED.values():
+        if numbers[column] is not None:
+            op(_JEQ, numbers[column], "enosys", 0)
+    label("allow")
+    op(_RET, SECCOMP_RET_ALLOW)
+    label("socket")
+    op(_LD_W_ABS, _ARG0_LOW)
+    op(_JEQ, SOCKET_FAMILIES["AF_UNIX"], 0, "enosys")
+    op(_LD_W_ABS, _ARG1_LOW)  # the type, with SOCK_NONBLOCK / SOCK_CLOEXEC in its high bits
+    op(_ALU_AND, SOCK_TYPE_MASK)
+    op(_JEQ, SOCK_STREAM, "allow2", "enosys")
+    label("setsockopt")
+    op(_LD_W_ABS, _ARG1_LOW)
+    op(_JEQ, SOL_SOCKET, 0, "allow2")
+    op(_LD_W_ABS, _ARG2_LOW)
+    for option in BUFFER_OPTIONS.values():
+        op(_JEQ, option, "enosys", 0)
+    label("allow2")
+    op(_RET, SECCOMP_RET_ALLOW)
+    label("enosys")
+    op(_RET, SECCOMP_RET_ERRNO | errno.ENOSYS)
     return _assemble(code)
 
 
