@@ -26,11 +26,13 @@ from jupyter_client.manager import AsyncKernelManager
 from nbclient import NotebookClient
 from traitlets import DottedObjectName, Type, default
 
-# The kernel's command-line arguments: no history database, a quiet log (no transport warnings on
-# stderr, which nbgrader would count against a test cell), and the admission extension (the
-# operating system's buffers closed before the first cell, mlbook_kernel.admission).
-KERNEL_ARGS = ["--HistoryManager.hist_file=:memory:", "--IPKernelApp.log_level=ERROR",
-               "--IPKernelApp.extensions=mlbook_kernel.admission"]
+# The kernel's command-line arguments: no history database, and a quiet log (no transport
+# warnings on stderr, which nbgrader would count against a test cell).
+KERNEL_ARGS = ["--HistoryManager.hist_file=:memory:", "--IPKernelApp.log_level=ERROR"]
+# A grading kernel's (mlbook_kernel.runner): also the admission extension, the operating system's
+# buffers closed before the first cell (mlbook_kernel.admission; Linux only, so not in KERNEL_ARGS,
+# which a student's own `mlbook validate` uses too).
+SANDBOX_KERNEL_ARGS = [*KERNEL_ARGS, "--IPKernelApp.extensions=mlbook_kernel.admission"]
 
 # How long one wait on a kernel channel may last before it is started afresh (seconds).
 POLL_SLICE = 0.25

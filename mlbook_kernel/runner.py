@@ -39,7 +39,7 @@ sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[assignment]
 import nbformat  # noqa: E402
 from nbclient.exceptions import CellTimeoutError, DeadKernelError  # noqa: E402
 
-from mlbook_kernel.polling import KERNEL_ARGS, SlicedPollClient  # noqa: E402
+from mlbook_kernel.polling import SANDBOX_KERNEL_ARGS, SlicedPollClient  # noqa: E402
 
 
 class CappedClient(SlicedPollClient):
@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None, fork_kernel: bool = False) -> int:
 
     nb = nbformat.read(args.notebook, as_version=4)
     client = CappedClient(nb, timeout=args.cell_timeout, interrupt_on_timeout=True, allow_errors=True,
-                          kernel_name="python3", shutdown_kernel="immediate", extra_arguments=KERNEL_ARGS,
+                          kernel_name="python3", shutdown_kernel="immediate", extra_arguments=SANDBOX_KERNEL_ARGS,
                           resources={"metadata": {"path": os.getcwd()}},
                           **({"kernel_manager_class": manager_class} if manager_class else {}))
     client.max_cell_bytes, client.max_cell_lines, client._used = args.max_cell_bytes, args.max_cell_lines, {}

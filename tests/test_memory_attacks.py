@@ -8,7 +8,10 @@ torch tensor, a NumPy array, a bytearray, an anonymous mmap, C memory from ctype
 another cell, a child process that does the work, a float16 copy behind a faked
 round-trip baseline) or in a tmpfs file written and read back, beside correct bystanders: each
 loses exactly the memory points. A file-backed mmap is tested here at the procmem level only: the
-sandbox's tmpfs cannot hold a T x T score file at lab 6's lengths.
+sandbox's tmpfs cannot hold a T x T score file at lab 6's lengths. Data parked in the operating
+system's socket buffers is invisible to procmem (shown here at the procmem level); the grading
+kernel refuses the socket pairs that would hold it (``mlbook_kernel.admission``), and an attack that
+parks the scores there, falling back to its own memory when refused, loses the memory points.
 """
 
 import ctypes
@@ -97,6 +100,43 @@ def test_prepared_buffer_is_charged(name):
 
 def test_the_attack_list_is_the_one_measured():
     assert tuple(_attacks()) == ATTACKS
+
+
+def _parked_in_socket_buffers() -> tuple[int, int, int]:
+    """SIZE bytes computed in small blocks, parked in socket pairs' buffers (``send``) and streamed back
+    through a 64 KiB window (``recv_into``) in the measured call: (bytes charged, bytes parked, bytes that
+    came back intact)."""
+    import socket
+
+    block = 64 * 1024
+    pairs = [socket.socketpair() for _ in range(4)]
+    for pair in pairs:
+        for end in pair:
+            end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)  # 8 MiB a direction, as the OS allows
+    ends = [(a, b) for a, b in pairs] + [(b, a) for a, b in pairs]  # (writer, reader): 8 directions
+    window, parked, intact = bytearray(block), [0], [0]
+
+    def call() -> None:
+        route = [ends[i * len(ends) // (SIZE // block)] for i in range(SIZE // block)]  # 4 MiB a direction
+        for i, (writer, _) in enumerate(route):
+            writer.sendall(bytes([i % 251]) * block)  # a fresh block, freed once sent
+            parked[0] += block
+        for i, (_, reader) in enumerate(route):
+            got = reader.recv_into(window, block, socket.MSG_WAITALL)
+            intact[0] += got if window[0] == i % 251 == window[-1] else 0
+
+    charged = _charged(call)
+    parked[0], intact[0] = parked[0] // 2, intact[0] // 2  # the warm-up call moved as much again
+    return charged, parked[0], intact[0]
+
+
+def test_socket_buffers_are_invisible_to_procmem_which_is_why_the_grading_kernel_refuses_them():
+    """Without the kernel's admission filter (here, a process of the test itself), SIZE bytes parked in
+    socket buffers and read back in the call are charged like a bystander's work: neither pages nor
+    ``rchar``/``wchar`` see them. ``tests/test_kernel_admission.py`` shows a grading kernel cannot make them."""
+    charged, parked, intact = _in_fresh_process(_parked_in_socket_buffers)
+    assert parked == intact == SIZE, (parked, intact)
+    assert charged < SIZE // 8, f"procmem now sees socket buffers ({charged} bytes charged): update the docs"
 
 
 def _child(conn) -> None:
