@@ -59,8 +59,8 @@ than ``kill``), ``inotify`` (it watches only what the sandbox sees, and ends wit
 scheduler calls (their per-user forms see only the sandbox's processes).
 
 The *admitted* filter (``admitted_program``), stacked on this one by the student's kernel itself
-just before it runs its first cell (``mlbook_kernel.admission``, an IPython extension every kernel
-loads, warm or cold): it closes the buffers the operating system holds for a process, which neither
+just before it runs its first cell (``mlbook_kernel.admission``, an IPython extension every
+grading kernel loads, warm or cold): it closes the buffers the operating system holds for a process, which neither
 its pages nor its ``read``/``write`` byte counters show (lab 6 charges what a call touches,
 ``mlbook.sandbox.procmem``; measured on Linux 6.18, each of these moved 1 MiB and counted about
 100 bytes in ``rchar + wchar``). Refused with ENOSYS, which the extension explains in the cell:

@@ -19,11 +19,13 @@ import mmap
 import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
 import torch
 
+from mlbook.course import Course
 from mlbook.sandbox import procmem
 
 SIZE = 32 * 1024 * 1024  # the prepared buffer: far above any baseline
@@ -256,6 +258,80 @@ def _file_answer(reference_cell: str) -> str:
     return "import os as _os, tempfile as _tf\n_FILE = _tf.TemporaryFile()\n" + body
 
 
+# Made in the cell before chunked_attention's: socket pairs whose buffers hold a T2 x T2 float32
+# matrix (48 pairs, 8 MiB a direction), and a FIFO of score blocks kept there, streamed back through
+# one block's window. Refused the pairs (the grading kernel's admission filter), it keeps the blocks
+# in a list instead: the matrix in its own memory.
+_SOCKET_PARKING = """
+import collections as _co, socket as _so, torch as _t
+try:
+    _PAIRS = [_so.socketpair() for _ in range(48)]
+    for _pair in _PAIRS:
+        for _end in _pair:
+            _end.setsockopt(_so.SOL_SOCKET, _so.SO_SNDBUF, 4 << 20)
+    print("scores parked in", len(_PAIRS), "socket pairs")
+except OSError as _refused:
+    _PAIRS = None
+    print("scores kept in a list, socket pairs refused:", _refused)
+
+
+class _Parking:
+    \"\"\"Score blocks in the order put, taken back in that order.\"\"\"
+    BUDGET = 6 << 20  # bytes queued a direction, under what it holds
+
+    def __init__(self):
+        self.ends = [(a, b) for a, b in _PAIRS] + [(b, a) for a, b in _PAIRS] if _PAIRS else []
+        for _, reader in self.ends:  # what a call that raised left behind
+            reader.setblocking(False)
+            try:
+                while reader.recv(1 << 20):
+                    pass
+            except BlockingIOError:
+                pass
+            reader.setblocking(True)
+        self.queued, self.route, self.kept, self.window = [0] * len(self.ends), _co.deque(), _co.deque(), bytearray()
+
+    def put(self, block):
+        data = block.detach().contiguous().view(-1).view(_t.uint8).numpy()  # (bytes,)
+        end = next((i for i, q in enumerate(self.queued) if q + data.nbytes <= self.BUDGET), None)
+        self.route.append(end)
+        if end is None:
+            self.kept.append(block.detach().clone())
+        else:
+            self.ends[end][0].sendall(data)
+            self.queued[end] += data.nbytes
+
+    def take(self, n_q, n_k, dtype):
+        end = self.route.popleft()
+        if end is None:
+            return self.kept.popleft()
+        size = n_q * n_k * _t.empty(0, dtype=dtype).element_size()
+        if len(self.window) < size:
+            self.window = bytearray(size)
+        got = self.ends[end][1].recv_into(self.window, size, _so.MSG_WAITALL)
+        assert got == size, (got, size)
+        self.queued[end] -= size
+        return _t.frombuffer(self.window, dtype=dtype, count=n_q * n_k).view(n_q, n_k).clone()  # (n_q, n_k)
+"""
+
+
+def _socket_answer(reference_cell: str) -> str:
+    """The reference computing every block of scores first, parked by ``_SOCKET_PARKING``'s ``_Parking``,
+    then taking them back one by one: the T x T matrix exists in full between the two passes."""
+    body = reference_cell.replace(
+        "    lse = q.new_empty(T_q)  # (T_q,)\n",
+        "    lse = q.new_empty(T_q)  # (T_q,)\n    parking = _Parking()\n"
+        "    for q_start in range(0, T_q, chunk_size):\n"
+        "        q_stop = min(q_start + chunk_size, T_q)\n"
+        "        q_tile = q[q_start:q_stop] * scale  # (n_q, d_k)\n"
+        "        for k_start in range(0, min(q_stop, T_k) if causal else T_k, chunk_size):\n"
+        "            parking.put(q_tile @ k[k_start:min(k_start + chunk_size, T_k)].T)  # (n_q, n_k)\n", 1).replace(
+        "scores = q_tile @ k[k_start:k_stop].T  # (n_q, n_k)",
+        "scores = parking.take(q_stop - q_start, k_stop - k_start, q.dtype)  # (n_q, n_k)", 1)
+    assert "parking.take" in body and "parking.put" in body, "the reference's text moved: update the attack"
+    return body
+
+
 def _child_answer(answers: dict[str, str]) -> str:
     """chunked_attention answered by a child process started at definition time, which keeps the T x T
     scores in a buffer it made resident before the call: the kernel itself holds only (T, d) arrays."""
@@ -294,10 +370,19 @@ def _attack_cells(answers: dict[str, str]) -> dict[str, dict[str, str]]:
         cell: _prepared_answer(answers[cell], None)}
     attacks["child-process"] = {cell: _child_answer(answers)}
     attacks["scores-in-a-tmpfs-file"] = {cell: _file_answer(answers[cell])}
+    attacks["scores-in-socket-buffers"] = {_OTHER_CELL: answers[_OTHER_CELL] + _SOCKET_PARKING,
+                                           cell: _socket_answer(answers[cell])}
     return attacks
 
 
-ATTACK_NAMES = (*_PREPARED, "faked-baseline-float16", "filled-in-another-cell", "child-process", "scores-in-a-tmpfs-file")
+ATTACK_NAMES = (*_PREPARED, "faked-baseline-float16", "filled-in-another-cell", "child-process", "scores-in-a-tmpfs-file",
+                "scores-in-socket-buffers")
+
+
+@dataclass
+class Batch:
+    course: Course
+    results: dict  # student -> SubmissionResult
 
 
 @pytest.fixture(scope="module")
@@ -320,15 +405,15 @@ def lab6_batch(tmp_path_factory):
     submissions.submit(course, "bystander-z", LAB6, submissions.reference(course, LAB6))
     autograde_labs(course, [LAB6], force=True, progress=False,
                    options=GradingOptions(limits=Limits(memory_bytes=3 * GiB, notebook_seconds=600)))
-    return {r.student: r for r in collect(course, LAB6)}
+    return Batch(course, {r.student: r for r in collect(course, LAB6)})
 
 
 @pytest.mark.slow
 def test_prepared_buffers_lose_the_memory_points_and_nothing_else(lab6_batch):
-    full = lab6_batch["bystander-a"]
+    full = lab6_batch.results["bystander-a"]
     scores = {name: c.score for name, c in full.auto_cells.items()}
     for student in ("bystander-z", "alt-float64-copies"):
-        cells = lab6_batch[student].auto_cells
+        cells = lab6_batch.results[student].auto_cells
         assert {n: c.score for n, c in cells.items()} == scores, (
             student, {n: c.message for n, c in cells.items() if c.score != scores[n]})
     # the memory points: the check measured from outside, and the cells that count only when it passes
@@ -337,9 +422,15 @@ def test_prepared_buffers_lose_the_memory_points_and_nothing_else(lab6_batch):
     memory_cells = {measured} | {cell for cell, needs in COVERED_BY.items() if measured in needs}
     assert scores[measured] > 0, "the bystander lost the memory points: nothing is shown"
     for name in ATTACK_NAMES:
-        got = {n: c.score for n, c in lab6_batch[f"attack-{name}"].auto_cells.items()}
+        got = {n: c.score for n, c in lab6_batch.results[f"attack-{name}"].auto_cells.items()}
         lost = {n for n in scores if got[n] != scores[n]}
         assert lost == memory_cells, (name, lost, got)
+    # the socket pairs were refused in the cell that made them (so the scores fell back into the kernel's memory)
+    from mlbook.authoring.notebooks import read_nb
+
+    printed = "".join(o.get("text", "") for cell in read_nb(lab6_batch.course.autograded(
+        "attack-scores-in-socket-buffers", LAB6)).cells if cell.cell_type == "code" for o in cell.outputs)
+    assert "socket pairs refused: [Errno 38]" in printed and "parked in" not in printed, printed[-2000:]
 
 
 def test_touched_pages_over_their_rule_fail_a_call_whose_peak_hardly_grew():

@@ -81,7 +81,8 @@ def test_the_unsandboxed_opt_out_still_judges_outside_the_kernel():
 
 
 # ---- Nothing of one submission survives into the next ----------------------------------------------
-# Each sandbox runs under its own fresh user id and a syscall filter (``mlbook_kernel.seccomp``).
+# Each sandbox runs under its own fresh user id and a syscall filter (``mlbook_kernel.seccomp``), its
+# kernel under the admission filter too (``mlbook_kernel.admission``).
 # These run real sandboxes, warm (forked from the fork server, when the grader is root) and cold.
 
 SYSCALLS = """\
@@ -193,7 +194,7 @@ try:  # /dev/shm is the sandbox's own (bubblewrap's --dev), and not writable by 
     got["posix_shm"] = "OK"
 except OSError as exc:
     got["posix_shm"] = errno.errorcode[exc.errno]
-got["sysvipc"] = sum(len(open(f"/proc/sysvipc/{{k}}").read().splitlines()) - 1 for k in ("msg", "shm", "sem"))
+got["sysvipc"] = {{k: len(open(f"/proc/sysvipc/{{k}}").read().splitlines()) - 1 for k in ("msg", "shm", "sem")}}
 print("PROBE" + json.dumps(got))
 """
 
@@ -207,7 +208,7 @@ got = {{"msg": found(libc.msgget({IPC_KEY}, 0)), "shm": found(libc.shmget({IPC_K
 libc.mq_open.restype = ctypes.c_int
 got["mq"] = found(libc.mq_open(b"/mlbook-left-behind", os.O_RDONLY))
 got["posix_shm"] = "FOUND" if os.path.exists("/dev/shm/mlbook-left-behind") else "ENOENT"
-got["sysvipc"] = sum(len(open(f"/proc/sysvipc/{{k}}").read().splitlines()) - 1 for k in ("msg", "shm", "sem"))
+got["sysvipc"] = {{k: len(open(f"/proc/sysvipc/{{k}}").read().splitlines()) - 1 for k in ("msg", "shm", "sem")}}
 print("PROBE" + json.dumps(got))
 """
 
@@ -244,13 +245,39 @@ def test_the_sandbox_denies_syscalls_whose_state_outlives_it(warm):
     assert got["madvise(MADV_DONTNEED)"] == "OK", "advice that drops a page's contents stays allowed"
     assert got["clear_refs"] == "EROFS", "the sandbox's /proc must be read-only"
     assert got["clone3"] == "ENOSYS", "clone3 must fail so that libc falls back to clone, whose flags are checked"
-    for family in ("AF_VSOCK", "AF_PACKET", "AF_NETLINK, NETLINK_KOBJECT_UEVENT"):
-        assert got[f"socket({family})"] == "EAFNOSUPPORT", family
-    for allowed in ("AF_NETLINK, NETLINK_ROUTE", "AF_INET", "AF_INET6", "AF_UNIX"):
-        assert got[f"socket({allowed})"] == "OK", allowed
+    # the kernel's admission filter, stacked on the sandbox's, refuses every socket but an AF_UNIX stream
+    # (ENOSYS: the newer filter's errno wins); the sandbox's own family rules are the next test's
+    for family in ("AF_VSOCK", "AF_PACKET", "AF_NETLINK, NETLINK_KOBJECT_UEVENT", "AF_NETLINK, NETLINK_ROUTE",
+                   "AF_INET", "AF_INET6"):
+        assert got[f"socket({family})"] == "ENOSYS", family
+    assert got["socket(AF_UNIX)"] == "OK"
     assert got["pidfd_open"] == "OK" and got["thread"] and got["subprocess"] == "42"
     assert got["unfiltered"] == [] and got["processes"] >= 4, \
         f"processes in the sandbox without the syscall filter: {got['unfiltered']}"
+
+
+FAMILIES = SYSCALLS + """\
+from mlbook_kernel import seccomp
+assert libc.prctl(38, 1, 0, 0, 0) == 0  # PR_SET_NO_NEW_PRIVS
+seccomp.install(seccomp.program())
+print("PROBE" + json.dumps({"AF_VSOCK": call("socket", 40, 1, 0), "AF_PACKET": call("socket", 17, 3, 0),
+                            "AF_NETLINK, NETLINK_KOBJECT_UEVENT": call("socket", 16, 3, 15),
+                            "AF_NETLINK, NETLINK_ROUTE": call("socket", 16, 3, 0), "AF_INET": call("socket", 2, 1, 0),
+                            "AF_INET6": call("socket", 10, 1, 0), "AF_UNIX": call("socket", 1, 1, 0)}))
+"""
+
+
+def test_the_sandbox_filter_alone_refuses_socket_families_a_kernel_build_may_lack():
+    """Under the admission filter (above) no family but AF_UNIX reaches it: the sandbox's own filter,
+    installed alone in a process of the grader's, as every process of a sandbox runs under it."""
+    import json
+
+    done = subprocess.run([sys.executable, "-c", FAMILIES], capture_output=True, text=True, timeout=60,
+                          cwd=str(REPO.root))
+    got = json.loads(done.stdout.split("PROBE", 1)[1])
+    assert got == {"AF_VSOCK": "EAFNOSUPPORT", "AF_PACKET": "EAFNOSUPPORT",
+                   "AF_NETLINK, NETLINK_KOBJECT_UEVENT": "EAFNOSUPPORT", "AF_NETLINK, NETLINK_ROUTE": "OK",
+                   "AF_INET": "OK", "AF_INET6": "OK", "AF_UNIX": "OK"}, done.stderr
 
 
 @pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
@@ -264,12 +291,16 @@ def test_a_keyring_entry_left_by_one_submission_is_unreachable_from_the_next(war
 
 @pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
 def test_sysv_and_posix_ipc_left_by_one_submission_is_invisible_to_the_next(warm):
+    """SysV message queues and semaphore sets and POSIX message queues cannot be made (the kernel's
+    admission filter refuses them: ENOSYS); SysV shared memory can, and the next sandbox, in an IPC
+    namespace of its own, sees none of it nor any other SysV object."""
     left, _ = _probe_run(LEAVE_IPC, warm)
     assert left.pop("posix_shm") in ("OK", "EACCES"), left
-    assert left == {"msg": "OK", "shm": "OK", "sem": "OK", "mq": "OK", "sysvipc": 3}, left
+    assert left == {"msg": "ENOSYS", "shm": "OK", "sem": "ENOSYS", "mq": "ENOSYS",
+                    "sysvipc": {"msg": 0, "shm": 1, "sem": 0}}, left
     found, _ = _probe_run(FIND_IPC, warm)
-    assert found == {"msg": "ENOENT", "shm": "ENOENT", "sem": "ENOENT", "mq": "ENOENT", "posix_shm": "ENOENT",
-                     "sysvipc": 0}, found
+    assert found == {"msg": "ENOSYS", "shm": "ENOENT", "sem": "ENOSYS", "mq": "ENOSYS", "posix_shm": "ENOENT",
+                     "sysvipc": {"msg": 0, "shm": 0, "sem": 0}}, found
 
 
 def test_the_filter_is_built_for_x86_64_and_aarch64_and_refuses_other_machines():

@@ -42,8 +42,9 @@ the bytes the call moved through ``read``/``write`` system calls (``rchar + wcha
 memory (a file in the sandbox's tmpfs, a pipe's buffer) reaches the call only that way or mapped.
 
 What this cannot show: data kept in kernel buffers and received with ``recv`` (a socket's, at
-most its buffer size per socket), and code pages a call maps for the first time (counted: warm a
-function up with one unmeasured call before measuring it).
+most its buffer size per socket; a grading kernel cannot make such buffers, nor the other kinds the
+operating system keeps for it: ``mlbook_kernel.admission``), and code pages a call maps for the
+first time (counted: warm a function up with one unmeasured call before measuring it).
 
 Fail closed: a process of the tree that vanishes during the call, a file that cannot be read or
 written, or a system without ``/proc`` raises ``MeasurementError`` (a grader error, not a
