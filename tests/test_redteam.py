@@ -325,7 +325,8 @@ def test_the_sandbox_has_no_network_and_no_view_of_the_course(batch):
         for secret in ("BEGIN SOLUTION", "BEGIN HIDDEN TESTS", "def check_", '"cells"', "fresh_rng"):
             assert secret not in printed, f"{student} printed {secret!r} from inside the sandbox"
     assert "No module named 'mlbook'" in _outputs(course.autograded("attack-detect-grading", LAB))
-    assert "Network is unreachable" in _outputs(course.autograded("attack-network", LAB))
+    said = _outputs(course.autograded("attack-network", LAB))  # the kernel's own filter refuses AF_INET first
+    assert "Function not implemented" in said or "Network is unreachable" in said, said[:500]
 
 
 def test_outputs_are_capped_in_lines_and_bytes(batch):
