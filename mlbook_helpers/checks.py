@@ -38,7 +38,6 @@ __all__ = [
     "expect_zero_where_masked",
     "called_with",
     "called_given",
-    "works_first",
 ]
 
 
@@ -333,29 +332,3 @@ def called_given(fn: Any, names: dict, /, *args: Any, **kwargs: Any) -> Any:
                 space.pop(name, None)
             else:
                 space[name] = old
-
-
-def works_first(name: str, *checks: Any) -> bool:
-    """Whether ``name``, another answer that the function under test calls, passes ``checks``.
-
-    A visible test of a function that calls another answer asks this first, on the inputs the
-    function will hand that answer. When a check fails (or the answer raises), it prints which
-    answer to fix first and returns False: the checks resting on that answer wait, and the
-    function's points are decided by its hidden test, which lends it a right version of the
-    answer (the visible cell counts only when its hidden cell passes). So one mistake costs
-    one answer's points, and a student is told which to fix first.
-
-    Args:
-        name: the answer the function under test calls.
-        checks: zero-argument callables that raise when ``name`` is not right on those inputs.
-    Returns:
-        True when every check passed.
-    """
-    for check in checks:
-        try:
-            check()
-        except Exception as err:  # a Misconception, or the answer's own error
-            print(f"The checks of this cell wait for {name}: {err} "
-                  f"(if {name} fails its own test, fix it first; this cell's function is graded with a right {name}).")
-            return False
-    return True

@@ -52,7 +52,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from scipy.special import softmax
 
-from mlbook_helpers.checks import as_array, expect, expect_close, expect_shape, works_first
+from mlbook_helpers.checks import as_array, expect, expect_close, expect_shape
 from mlbook_helpers.examples import ticket_example
 from mlbook_helpers.plotting import attention_heatmap, curves, heatmap_grid
 
@@ -285,17 +285,12 @@ def effective_keys(weights):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_effective_keys", "points": 1}
-# effective_keys calls your row_entropy, so the cell first checks row_entropy on these rows (and waits for it,
-# saying so, when it is not right yet).
 KEYS_HINT = ("e^3 = 20.1 for a uniform row over 8 keys would be exp of an entropy in bits; "
-             "2^2.079 = 4.23 would be 2 to the power of an entropy in nats. The base of the power must match the unit.")
-split_rows = np.array([[0.0, 1.0, 0.0], [0.5, 0.5, 0.0]])  # (2, 3): one-hot, an even two-way split
-if works_first("row_entropy",
-               lambda: expect_close(row_entropy(uniform8, 2), [3.0], "row_entropy of a uniform row over 8 keys, base 2"),
-               lambda: expect_close(row_entropy(split_rows, 2), [0.0, 1.0], "row_entropy of a one-hot row and an even split")):
-    expect_close(effective_keys(uniform8), [8.0], "effective keys of a uniform row over 8 keys", hint=KEYS_HINT)
-    expect_close(effective_keys(split_rows), [1.0, 2.0],
-                 "effective keys of a one-hot row and of an even two-way split", hint=KEYS_HINT)
+             "2^2.079 = 4.23 would be 2 to the power of an entropy in nats. The base of the power must match the unit "
+             "(effective_keys calls your row_entropy: if row_entropy fails its own test, fix it first).")
+expect_close(effective_keys(uniform8), [8.0], "effective keys of a uniform row over 8 keys", hint=KEYS_HINT)
+expect_close(effective_keys(np.array([[0.0, 1.0, 0.0], [0.5, 0.5, 0.0]])), [1.0, 2.0],
+             "effective keys of a one-hot row and of an even two-way split", hint=KEYS_HINT)
 
 # %% nbgrader={"grade": true, "grade_id": "test_effective_keys_hidden", "points": 2}
 # Hidden tests: batches of rows with zeros, one-hot and uniform rows.
@@ -342,26 +337,15 @@ def mean_effective_keys(d_k, rng, scaled=True, n_draws=40, n_tokens=8, n_keys=No
 # Tolerance: draws are independent, so the mean over 40 draws has standard error s / sqrt(40), where
 # s is the SD of one draw's mean. A 20,000-draw run gives mean 5.76, s = 0.43 (scaled, d_k = 16) and
 # mean 1.21, s = 0.14 (unscaled, d_k = 256); 5 standard errors are 0.34 and 0.11.
-# This calls your attention_scores and effective_keys, so the cell first checks them on batches like the
-# experiment's (and waits for them, saying so, when they are not right yet).
-batch_q, batch_k = np.ones((2, 5, 4)), np.ones((2, 7, 4))  # (B, T_q, d_k), (B, T_k, d_k)
-if works_first("attention_scores",
-               lambda: expect_close(attention_scores(batch_q, batch_k), np.full((2, 5, 7), 2.0),
-                                    "attention_scores of an all-ones (2, 5, 4) batch against (2, 7, 4) keys"),
-               lambda: expect_close(attention_scores(batch_q, batch_k, scaled=False), np.full((2, 5, 7), 4.0),
-                                    "attention_scores(..., scaled=False) of the all-ones batch")) and \
-        works_first("effective_keys",
-                    lambda: expect_close(effective_keys(np.full((2, 5, 7), 1 / 7)), np.full((2, 5), 7.0),
-                                         "effective_keys of a (2, 5, 7) batch of uniform rows"),
-                    lambda: expect_close(effective_keys(np.array([[0.5, 0.25, 0.25], [0.0, 1.0, 0.0]])),
-                                         [2 ** 1.5, 1.0], "effective_keys of the rows (0.5, 0.25, 0.25), (0, 1, 0)")):
-    scaled16 = mean_effective_keys(16, np.random.default_rng(0), scaled=True)
-    expect_close(scaled16, 5.76, "mean_effective_keys(16, rng, scaled=True)", atol=0.34,
-                 hint="Close to 8 (uniform) would mean the scores were divided by d_k instead of sqrt(d_k); "
-                      "close to 2 means the scale was not applied.")
-    raw256 = mean_effective_keys(256, np.random.default_rng(1), scaled=False)
-    expect_close(raw256, 1.21, "mean_effective_keys(256, rng, scaled=False)", atol=0.11,
-                 hint="Unscaled rows at d_k = 256 are nearly one-hot; a value near 5.8 means scaled=False was ignored.")
+scaled16 = mean_effective_keys(16, np.random.default_rng(0), scaled=True)
+expect_close(scaled16, 5.76, "mean_effective_keys(16, rng, scaled=True)", atol=0.34,
+             hint="Close to 8 (uniform) would mean the scores were divided by d_k instead of sqrt(d_k); "
+                  "close to 2 means the scale was not applied (this calls your attention_scores and effective_keys: "
+                  "if either fails its own test, fix it first).")
+raw256 = mean_effective_keys(256, np.random.default_rng(1), scaled=False)
+expect_close(raw256, 1.21, "mean_effective_keys(256, rng, scaled=False)", atol=0.11,
+             hint="Unscaled rows at d_k = 256 are nearly one-hot; a value near 5.8 means scaled=False was ignored "
+                  "(if attention_scores or effective_keys fails its own test, fix it first).")
 
 # %% nbgrader={"grade": true, "grade_id": "test_mean_effective_keys_hidden", "points": 3}
 # Hidden tests: fresh seeds, other d_k, other numbers of queries and of keys (n_keys != n_tokens), scaled

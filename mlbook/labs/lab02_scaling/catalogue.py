@@ -72,15 +72,12 @@ MUTANTS += mutants_of("mean_effective_keys", ("test_mean_effective_keys_hidden",
 ])
 # Q and K swapped in the scores: with as many keys as queries K Q^T has the law of Q K^T (the visible
 # test cannot tell), so the hidden check draws n_keys = n_tokens / 2 or 2 n_tokens, where the rows of
-# K Q^T run over the wrong count. Ignoring n_keys is caught there too; the two means have one law, and the
-# check tells them apart by replaying each on the student's own draws.
+# K Q^T run over the wrong count. Ignoring n_keys is caught there too.
 MUTANTS += mutants_of("mean_effective_keys", ("test_mean_effective_keys_hidden",), [
     ("mek-scores-swapped", "the collapse experiment's scores computed as attention_scores(K, Q): rows over queries",
-     patch("attention_scores(Q, K, scaled=scaled)", "attention_scores(K, Q, scaled=scaled)"),
-     r"attention_scores\(K, Q\) gives|or the scores were attention_scores\(K, Q\)"),
+     patch("attention_scores(Q, K, scaled=scaled)", "attention_scores(K, Q, scaled=scaled)"), r"attention_scores\(K, Q\)"),
     ("mek-n-keys-ignored", "the collapse experiment draws as many keys as queries, ignoring n_keys",
-     patch("(n_draws, n_tokens if n_keys is None else n_keys, d_k)", "(n_draws, n_tokens, d_k)"),
-     r"with n_tokens rows gives|K was drawn with n_tokens rows"),
+     patch("(n_draws, n_tokens if n_keys is None else n_keys, d_k)", "(n_draws, n_tokens, d_k)"), r"with n_tokens rows"),
 ])
 # Another measure of spread, right at both ends (uniform and one-hot rows), which the visible test checks.
 MUTANTS += mutants_of("effective_keys", ("test_effective_keys_hidden",), [

@@ -69,28 +69,6 @@ _MISTAKES: dict[str, _Way] = {
 }
 
 
-# Message -> a mistake in the draws, replayed on the student's own seed: the experiment drawn as the text says
-# (Q as (n_draws, n_tokens, d_k), then K as (n_draws, n_keys, d_k), from rng) with one thing done wrong. Two
-# mistakes whose means have the same law (above, one message names both) differ on the same draws, so the
-# student's exact number names the one made.
-_DRAWN_WRONG: dict[str, str] = {
-    "the value is exactly what attention_scores(K, Q) gives on your draws: the scores are Q K^T, one row per "
-    "query, one column per key": "scores-swapped",
-    "the value is exactly what K drawn with n_tokens rows gives on your draws: draw K as (n_draws, n_keys, d_k)":
-        "keys-as-queries",
-}
-
-
-def _replayed(how: str, seed_: int, d_k: int, scaled: bool, n_draws: int, n_tokens: int, n_keys: int) -> float:
-    """The experiment's mean effective keys on the generator ``seed_`` gives, drawn as the text says but ``how``."""
-    g = np.random.default_rng(seed_)
-    Q = g.standard_normal((n_draws, n_tokens, d_k))  # (n_draws, T_q, d_k)
-    K = g.standard_normal((n_draws, n_tokens if how == "keys-as-queries" else n_keys, d_k))  # (n_draws, T_k, d_k)
-    first, second = (K, Q) if how == "scores-swapped" else (Q, K)
-    scores = first @ second.swapaxes(-2, -1) / (math.sqrt(d_k) if scaled else 1.0)  # (n_draws, rows, columns)
-    return float((2.0 ** entropy(softmax(scores, axis=-1), base=2.0)).mean())
-
-
 class _MonteCarlo:
     """The grader's Monte Carlo reference of one case: mean effective keys per draw, for every way.
 
@@ -152,18 +130,14 @@ def check_mean_effective_keys(mean_effective_keys: Callable) -> None:
     for d_k, scaled in ((large, False), (large, True), (small, True)):
         what = (f"mean_effective_keys(d_k={d_k}, rng, scaled={scaled}, n_draws={n_draws}, n_tokens={n_tokens}, "
                 f"n_keys={n_keys})")
-        drawn = seed(rng)
-        got = ask_number(mean_effective_keys, d_k, np.random.default_rng(drawn), scaled=scaled, n_draws=n_draws,
+        got = ask_number(mean_effective_keys, d_k, np.random.default_rng(seed(rng)), scaled=scaled, n_draws=n_draws,
                          n_tokens=n_tokens, n_keys=n_keys, what=what, hint=ONE_NUMBER)
-        cases.append((what, got, _MonteCarlo(rng, d_k, scaled, n_tokens, n_keys, n_ref), (drawn, d_k, scaled)))
-    for what, got, mc, _ in cases:
+        cases.append((what, got, _MonteCarlo(rng, d_k, scaled, n_tokens, n_keys, n_ref)))
+    for what, got, mc in cases:
         if _near(got, mc.per_draw(_RIGHT), n_draws):
             continue
-        hint = next((message for message, how in _DRAWN_WRONG.items()
-                     if all(math.isclose(g, _replayed(how, *args, n_draws, n_tokens, n_keys), rel_tol=1e-9)
-                            for _, g, _, args in cases)), None)
-        hint = hint or next((message for message, way in _MISTAKES.items()
-                             if all(_near(g, m.per_draw(way), n_draws) for _, g, m, _ in cases)), None)
+        hint = next((message for message, way in _MISTAKES.items()
+                     if all(_near(g, m.per_draw(way), n_draws) for _, g, m in cases)), None)
         fail(what, f"got {got:.4g}, outside the range the sample size allows", hint or
              "Draw Q as (n_draws, n_tokens, d_k) and K as (n_draws, n_keys, d_k) standard normals from rng, take "
              "the softmax of attention_scores(Q, K, scaled) over the keys and average effective_keys over every row.")
