@@ -159,3 +159,8 @@ def api_json(page: Page, url: str):
     reply = page.request.get(url)
     assert reply.ok, f"GET {url} -> {reply.status}: {reply.text()[:500]}"
     return json.loads(reply.text())
+
+
+def xsrf(page: Page) -> str:
+    """The Jupyter server's XSRF token from the page's cookies (for the API calls JupyterLab makes)."""
+    return next((c["value"] for c in page.context.cookies() if c["name"] == "_xsrf"), "")

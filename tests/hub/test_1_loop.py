@@ -30,7 +30,7 @@ from nbgrader.api import Gradebook
 
 from conftest import LAB, mlbook
 from hubpage import (ACTION_TIMEOUT_MS, error_dialog, snap, LIST, api_json, log_in, open_assignments, press_in_row, rows, save,
-                     server_url, wait_listed)
+                     server_url, wait_listed, xsrf)
 from labpage import NotebookPage
 from mlbook.labs import load_catalogue
 from mlbook.authoring.notebooks import read_nb, reference_answers
@@ -246,10 +246,6 @@ def test_05_formgrader_autograde_button_runs_nothing(pages, people, site, course
     snap(page, shots, "ta-formgrader")
     after = sorted(p.relative_to(course.root).as_posix() for p in (course.root / "autograded").rglob("*"))
     assert after == before, "the Autograde button changed autograded/"
-
-
-def xsrf(page) -> str:
-    return next((c["value"] for c in page.context.cookies() if c["name"] == "_xsrf"), "")
 
 
 WRITTEN = "written_explanation"  # lab 1's written answer: graded by hand

@@ -31,7 +31,7 @@ from nbgrader.api import Gradebook
 
 from browser_suite import REPO, VIEWPORT
 from conftest import LAB, MLBOOK, _sh, mlbook, share_with_staff
-from hubpage import open_assignments
+from hubpage import open_assignments, xsrf
 from mlbook.authoring.notebooks import read_nb, reference_answers
 from mlbook.hub.exchange import Exchange, prepare_exchange
 from mlbook.hub.lti import account_name
@@ -324,7 +324,7 @@ def register_tool_key(scratch, platform, context: str, key) -> None:
 
 def server_action(page, server: str, action: str, course_id: str) -> dict:
     """What the student's Assignments tab asks of their server: ``assignments/<action>`` for a course."""
-    token = next((c["value"] for c in page.context.cookies() if c["name"] == "_xsrf"), "")
+    token = xsrf(page)
     reply = page.request.post(f"{server}assignments/{action}", headers={"X-XSRFToken": token},
                               form={"course_id": course_id, "assignment_id": LAB}, timeout=300_000)
     assert reply.ok, f"{action} in {course_id}: HTTP {reply.status}: {reply.text()[:1000]}"
@@ -336,7 +336,7 @@ def server_action(page, server: str, action: str, course_id: str) -> dict:
 def fill_in_server(page, server: str, path: str, filled: dict[str, str]) -> None:
     """Put ``filled`` (grade id -> source) into the answer cells of the notebook at ``path``, through
     the student's own server (the contents API JupyterLab saves with)."""
-    token = next((c["value"] for c in page.context.cookies() if c["name"] == "_xsrf"), "")
+    token = xsrf(page)
     got = page.request.get(f"{server}api/contents/{path}?content=1&type=notebook")
     assert got.ok, f"GET {path}: HTTP {got.status}: {got.text()[:500]}"
     notebook = got.json()["content"]
